@@ -1,0 +1,43 @@
+# Two commands on a fresh machine: `make book` and `make test`. Both set everything up.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.installed
+# ipyparallel finds mpiexec (from the mpich wheel) on PATH.
+export PATH := $(BIN):$(PATH)
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+
+.PHONY: setup book test test-kit test-labs test-book bench clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+book: setup
+	$(BIN)/jupyter-book build .
+	@echo "Open _build/html/index.html"
+
+test: test-kit test-labs test-book
+
+test-kit: setup
+	$(BIN)/python -m pytest -q tests
+
+test-labs: setup
+	$(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-env --nbval-cell-timeout=900 labs
+
+# The labs were just executed by nbval; the book build re-runs only the chapters' cells.
+test-book: setup
+	$(BIN)/python tools/test_config.py _config.yml _build/_config_test.yml
+	$(BIN)/jupyter-book build -W -n --keep-going --config _build/_config_test.yml .
+
+bench: setup
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf _build .pytest_cache
+	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +

@@ -1,0 +1,99 @@
+"""Pick the torch.distributed backend, the device and a rendezvous port."""
+from __future__ import annotations
+
+import errno
+import socket
+from dataclasses import dataclass
+
+BACKENDS = ("gloo", "nccl", "mpi")
+DEVICES = ("cpu", "cuda")
+
+
+class BackendError(ValueError):
+    """A backend or device request that this machine cannot honour."""
+
+
+class PortInUseError(OSError):
+    """The requested rendezvous port is already taken."""
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The backend and device every rank will use."""
+
+    backend: str
+    device: str
+
+
+def count_gpus() -> int:
+    """Return the number of CUDA devices this process (and so its engines) can see."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def choose_backend(
+    n_ranks: int, n_gpus: int, backend: str | None = None, device: str | None = None
+) -> BackendChoice:
+    """Return NCCL when every rank owns a GPU, else Gloo (on shared GPUs or the CPU)."""
+    if backend is not None and backend not in BACKENDS:
+        raise BackendError(
+            f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}, "
+            "or leave it unset (DPLAB_BACKEND) to choose automatically"
+        )
+    if device is not None and device not in DEVICES:
+        raise BackendError(
+            f"unknown device {device!r}: use 'cpu' or 'cuda', "
+            "or leave it unset (DPLAB_DEVICE) to choose automatically"
+        )
+    if device == "cuda" and n_gpus == 0:
+        raise BackendError(
+            "device 'cuda' asked for, but no GPU is visible: use device='cpu' "
+            "or run on a machine with a GPU (check CUDA_VISIBLE_DEVICES)"
+        )
+    if backend == "nccl":
+        if device == "cpu":
+            raise BackendError("NCCL works on GPU tensors only: use backend='gloo' for device='cpu'")
+        if n_gpus < n_ranks:
+            raise BackendError(
+                f"NCCL needs one GPU per rank, but {n_ranks} ranks see {n_gpus} GPU(s): "
+                f"start at most {n_gpus} engines, or use backend='gloo' to share GPUs or run on the CPU"
+            )
+        return BackendChoice("nccl", "cuda")
+    if backend == "mpi":
+        import torch.distributed as dist
+
+        if not dist.is_mpi_available():
+            raise BackendError(
+                "this torch build has no MPI backend (the PyPI wheels never do): "
+                "use backend='gloo', and mpi4py for MPI itself"
+            )
+        return BackendChoice("mpi", device or "cpu")
+    if backend is None and device != "cpu" and n_gpus >= n_ranks > 0:
+        return BackendChoice("nccl", "cuda")
+    if device is None:
+        device = "cuda" if n_gpus > 0 else "cpu"
+    return BackendChoice("gloo", device)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port on `host` that the OS reports free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def check_port_free(port: int, host: str = "127.0.0.1") -> None:
+    """Raise PortInUseError if `port` on `host` cannot be bound."""
+    if not 1024 <= port <= 65535:
+        raise PortInUseError(f"port {port} is outside 1024-65535: pick another, or leave it unset to get a free one")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno in (errno.EADDRINUSE, errno.EACCES):
+                raise PortInUseError(
+                    f"port {port} on {host} is already in use: pass port=None "
+                    "(and unset DPLAB_PORT) to pick a free one"
+                ) from None
+            raise

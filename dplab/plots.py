@@ -1,0 +1,23 @@
+"""One figure style for the whole book: small, labelled, one palette."""
+from __future__ import annotations
+
+import matplotlib
+
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+
+
+def use_book_style() -> None:
+    """Set matplotlib defaults: about 400 px wide at 100 dpi, one font, the book palette."""
+    matplotlib.rcParams.update(
+        {
+            "figure.figsize": (4.5, 3.0),
+            "figure.dpi": 100,
+            "savefig.dpi": 100,
+            "font.size": 9,
+            "font.family": "DejaVu Sans",
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.prop_cycle": matplotlib.cycler(color=PALETTE),
+            "figure.constrained_layout.use": True,
+        }
+    )

@@ -1,0 +1,55 @@
+"""Shared fixtures: a clean DPLAB_* environment and process-leak checks."""
+import os
+import sys
+
+import psutil
+import pytest
+
+BIN = os.path.dirname(sys.executable)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    """Tests start from defaults: no DPLAB_* overrides, the venv's bin on PATH."""
+    for key in list(os.environ):
+        if key.startswith("DPLAB_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("PATH", BIN + os.pathsep + os.environ.get("PATH", ""))
+
+
+def descendants() -> set[int]:
+    """PIDs of every live process this test process started, at any depth."""
+    alive = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                alive.add(child.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def cluster_processes(cluster_id: str) -> list[str]:
+    """Names of live processes launched for this cluster (ipyparallel sets IPP_CLUSTER_ID)."""
+    found = []
+    for proc in psutil.process_iter(["name", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
+                continue
+            if proc.environ().get("IPP_CLUSTER_ID") == cluster_id:
+                found.append(f"{proc.pid} {proc.info['name']}")
+        except psutil.Error:
+            continue
+    return found
+
+
+def wait_until_gone(pids: set[int], timeout: float = 10.0) -> set[int]:
+    """Wait for the given PIDs to exit; return those still alive."""
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    return {p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE}

@@ -1,0 +1,22 @@
+"""Run under `mpiexec -n P`: each rank joins via dplab.worker.init and checks an all-reduce."""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from mpi4py import MPI
+
+from dplab import worker
+
+port = int(sys.argv[1])
+info = worker.init("gloo", "cpu", port)
+comm = MPI.COMM_WORLD
+assert info.rank == comm.Get_rank() == dist.get_rank() == int(os.environ["RANK"])
+assert info.world_size == comm.Get_size() == dist.get_world_size() == int(os.environ["WORLD_SIZE"])
+assert info.local_rank == info.rank  # one node
+t = torch.arange(2) + 1 + 2 * info.rank
+dist.all_reduce(t)
+mpi_sum = comm.allreduce((torch.arange(2) + 1 + 2 * info.rank).numpy())
+assert t.tolist() == mpi_sum.tolist(), (t, mpi_sum)
+print(f"rank {info.rank}/{info.world_size}: {t.tolist()}", flush=True)
+worker.finalize()

@@ -1,0 +1,179 @@
+"""Starting and stopping MPI engine clusters: settings, bad input, and no leftovers."""
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import dplab
+from dplab import backend, cluster
+from dplab.cluster import ClusterError, resolve
+
+from conftest import descendants, cluster_processes, wait_until_gone
+
+
+# -- settings and bad input: all raised before any process starts ---------------
+
+@pytest.fixture
+def no_new_processes():
+    """Fail if the test leaves any new descendant process running."""
+    before = descendants()
+    yield
+    assert wait_until_gone(descendants() - before, timeout=5) == set()
+
+
+@pytest.mark.parametrize("n", [0, -1, "four", 2.5, None])
+def test_bad_engine_count_is_refused_before_start(n, monkeypatch, no_new_processes):
+    if n is None:
+        n = cluster.max_engines() + 1
+    with pytest.raises(ClusterError, match="engine count"):
+        dplab.start_cluster(n)
+
+
+def test_bad_engine_count_from_environment_names_the_variable(monkeypatch, no_new_processes):
+    monkeypatch.setenv("DPLAB_ENGINES", "zero")
+    with pytest.raises(ClusterError, match="DPLAB_ENGINES"):
+        dplab.start_cluster()
+
+
+def test_missing_mpiexec_says_how_to_fix(monkeypatch, tmp_path, no_new_processes):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ClusterError, match=r"mpiexec not found: run `make setup`"):
+        dplab.start_cluster(2)
+
+
+def test_nccl_without_gpus_is_refused(monkeypatch, no_new_processes):
+    monkeypatch.setattr(backend, "count_gpus", lambda: 0)
+    with pytest.raises(dplab.BackendError, match="NCCL needs one GPU per rank"):
+        dplab.start_cluster(2, backend="nccl")
+
+
+def test_unknown_backend_is_refused(no_new_processes):
+    with pytest.raises(dplab.BackendError, match="unknown backend"):
+        dplab.start_cluster(2, backend="nccl2")
+
+
+def test_port_already_taken_is_refused(no_new_processes):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        with pytest.raises(dplab.PortInUseError, match="already in use"):
+            dplab.start_cluster(2, port=s.getsockname()[1])
+
+
+def test_environment_overrides_count_backend_device_and_port(monkeypatch):
+    monkeypatch.setattr(backend, "count_gpus", lambda: 8)
+    port = backend.free_port()
+    monkeypatch.setenv("DPLAB_ENGINES", "8")
+    monkeypatch.setenv("DPLAB_BACKEND", "nccl")
+    monkeypatch.setenv("DPLAB_PORT", str(port))
+    s = resolve()
+    assert (s.n, s.backend, s.device, s.port) == (8, "nccl", "cuda", port)
+    monkeypatch.setenv("DPLAB_DEVICE", "cpu")
+    monkeypatch.delenv("DPLAB_BACKEND")
+    assert (resolve().backend, resolve().device) == ("gloo", "cpu")
+
+
+def test_arguments_beat_environment(monkeypatch):
+    monkeypatch.setenv("DPLAB_ENGINES", "3")
+    assert resolve(n=2).n == 2
+    assert resolve().n == 3
+
+
+def test_default_is_four_engines_on_gloo_without_gpus(monkeypatch):
+    monkeypatch.setattr(backend, "count_gpus", lambda: 0)
+    s = resolve()
+    assert (s.n, s.backend, s.device) == (4, "gloo", "cpu")
+
+
+def test_each_resolution_picks_its_own_free_port():
+    ports = {resolve(n=1).port for _ in range(4)}
+    assert len(ports) > 1
+
+
+# -- real clusters ----------------------------------------------------------------
+
+def test_cluster_ranks_join_one_process_group_and_stop_cleanly():
+    before = descendants()
+    with dplab.start_cluster(2) as c:
+        cid = c.cluster_id
+        assert cluster_processes(cid), "engines should be running"
+        c.view.execute(
+            "import os\n"
+            "env = {k: os.environ[k] for k in ('RANK', 'MASTER_ADDR', 'MASTER_PORT', 'WORLD_SIZE', 'LOCAL_RANK')}"
+        )
+        envs = c.view["env"]
+        assert [e["RANK"] for e in envs] == ["0", "1"]
+        assert envs[1] == {
+            "RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(c.settings.port),
+            "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+        }
+        c.view.execute(
+            "import torch, torch.distributed as dist\n"
+            "t = torch.arange(2) + 1 + 2 * rank\n"
+            "dist.all_reduce(t)\n"
+        )
+        import torch
+
+        expected = sum(torch.arange(2) + 1 + 2 * r for r in range(2)).tolist()
+        assert [t.tolist() for t in c.view["t"]] == [expected] * 2
+        assert c.view["world_size"] == [2, 2]
+        assert c.view["local_rank"] == [0, 1]
+        assert c.view["device"] == ["cpu", "cpu"]
+    assert not c.running
+    assert wait_until_gone(descendants() - before) == set()
+    assert cluster_processes(cid) == []
+
+
+def test_error_inside_with_block_still_stops_everything():
+    before = descendants()
+    with pytest.raises(ZeroDivisionError):
+        with dplab.start_cluster(2, init_torch=False) as c:
+            cid = c.cluster_id
+            1 / 0
+    assert wait_until_gone(descendants() - before) == set()
+    assert cluster_processes(cid) == []
+
+
+def test_failure_while_joining_the_process_group_leaves_nothing_running():
+    before = descendants()
+    bad = cluster.Settings(n=2, backend="nccl", device="cuda", port=backend.free_port(), mpiexec=cluster.find_mpiexec())
+    c = cluster.Cluster(bad)
+    with pytest.raises(Exception, match="GPU"):
+        c.start()
+    assert not c.running
+    assert wait_until_gone(descendants() - before) == set()
+
+
+def test_starting_a_second_cluster_stops_the_first():
+    first = dplab.start_cluster(1, init_torch=False)
+    first_id = first.cluster_id
+    second = dplab.start_cluster(1, init_torch=False)
+    try:
+        assert not first.running and second.running
+        assert cluster_processes(first_id) == []
+    finally:
+        second.stop()
+
+
+def test_interpreter_exit_stops_a_cluster_nobody_stopped(tmp_path):
+    script = textwrap.dedent(
+        """
+        import dplab
+        c = dplab.start_cluster(2)
+        print(c.cluster_id, flush=True)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    cid = out.stdout.strip().splitlines()[-1]
+    assert cid
+    import time
+
+    deadline = time.time() + 10
+    while cluster_processes(cid) and time.time() < deadline:
+        time.sleep(0.5)
+    assert cluster_processes(cid) == []
