@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup book test test-kit test-labs test-book bench clean
+.PHONY: setup book test test-kit test-labs test-book bench labs clean
 
 setup: $(STAMP)
 
@@ -24,16 +24,24 @@ book: setup
 
 test: test-kit test-labs test-book
 
+# Labs and kit tests run with the defaults (4 engines, automatic backend), whatever the shell sets.
+UNSET_DPLAB := env -u DPLAB_ENGINES -u DPLAB_BACKEND -u DPLAB_DEVICE -u DPLAB_PORT -u DPLAB_MNIST
+
 test-kit: setup
-	$(BIN)/python -m pytest -q tests
+	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 test-labs: setup
-	$(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-env --nbval-cell-timeout=900 labs
+	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-env --nbval-cell-timeout=900 labs
 
 # The labs were just executed by nbval; the book build re-runs only the chapters' cells.
 test-book: setup
+	mkdir -p _build
 	$(BIN)/python tools/test_config.py _config.yml _build/_config_test.yml
 	$(BIN)/jupyter-book build -W -n --keep-going --config _build/_config_test.yml .
+
+# Re-execute every lab and store its outputs (after changing a lab or the kit).
+labs: setup
+	$(UNSET_DPLAB) $(BIN)/python tools/execute_labs.py labs/*.ipynb
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py

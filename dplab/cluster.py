@@ -173,8 +173,10 @@ class Cluster:
         atexit.register(self.stop)
         try:
             t0 = time.perf_counter()
-            self.client = self._cluster.start_and_connect_sync()
-            self.client.wait_for_engines(s.n, timeout=START_TIMEOUT_S)
+            self._cluster.start_cluster_sync()
+            self.client = self._cluster.connect_client_sync()
+            # interactive=False: no progress bar, so notebook output is the same every run
+            self.client.wait_for_engines(s.n, timeout=START_TIMEOUT_S, interactive=False)
             self.view = self.client[:]
             self.view.block = True
             self.engines_seconds = time.perf_counter() - t0
