@@ -1,0 +1,70 @@
+"""The book's own rules, checked: toc, lab skeleton, stored outputs, no machine paths."""
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+LABS = sorted((ROOT / "labs").glob("*.ipynb"))
+SKELETON = ["Goal", "Prerequisites", "Set-up", "Check", "Takeaways", "Exercises"]
+MACHINE_PATH = re.compile(r"/(work|tmp|root|home)/")
+
+
+def toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [c["file"] for c in part["chapters"]]
+    files += [c["file"] for c in toc.get("chapters", [])]
+    return files
+
+
+def test_toc_lists_only_pages_that_exist():
+    for f in toc_files():
+        assert any((ROOT / (f + ext)).is_file() for ext in (".md", ".ipynb")), f"_toc.yml lists missing page {f}"
+
+
+def test_every_lab_and_chapter_is_in_the_toc():
+    listed = set(toc_files())
+    pages = [p.relative_to(ROOT).with_suffix("").as_posix() for p in LABS + sorted((ROOT / "chapters").glob("*.md"))]
+    assert [p for p in pages if p not in listed] == []
+
+
+def test_environment_yml_takes_pip_packages_from_requirements():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert "-r requirements.txt" in pip
+
+
+@pytest.mark.parametrize("path", LABS, ids=lambda p: p.name)
+def test_lab_follows_the_skeleton(path):
+    nb = nbformat.read(path, as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    missing = [s for s in SKELETON if not re.search(rf"(^#+ .*{s}|\*\*{s}[.:*])", text, re.M)]
+    assert missing == [], f"{path.name} lacks skeleton sections {missing}"
+    assert re.match(r"\(lab-\d+\)=", nb.cells[0].source), "first cell should carry the lab's label"
+
+
+@pytest.mark.parametrize("path", LABS, ids=lambda p: p.name)
+def test_lab_is_stored_with_outputs_and_without_machine_paths(path):
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(c.execution_count is not None for c in code), "execute the lab and store it (make labs)"
+    assert any(c.outputs for c in code)
+    raw = path.read_text()
+    assert not MACHINE_PATH.search(raw), f"{path.name} contains a machine path"
+
+
+@pytest.mark.parametrize("path", LABS, ids=lambda p: p.name)
+def test_cells_whose_output_is_ignored_still_assert(path):
+    """A timing cell's output is not compared, so it or the next code cell must assert its values."""
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for i, cell in enumerate(code):
+        tags = cell.metadata.get("tags", [])
+        assert "nbval-skip" not in tags, f"{path.name}: a skipped cell"
+        if "nbval-ignore-output" in tags:
+            checked = "assert" in cell.source or (i + 1 < len(code) and "assert" in code[i + 1].source)
+            assert checked, f"{path.name}: an output-ignored cell checks nothing:\n{cell.source[:200]}"
