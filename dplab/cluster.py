@@ -5,7 +5,7 @@ Settings come from arguments first, then these environment variables:
     DPLAB_ENGINES      number of engines (MPI ranks), default 4
     DPLAB_BACKEND      torch.distributed backend: gloo, nccl or mpi; default automatic
     DPLAB_DEVICE       cpu or cuda; default automatic
-    DPLAB_PORT         rendezvous port (MASTER_PORT); default a free one per cluster
+    DPLAB_PORT         rendezvous port (MASTER_PORT); default: rank 0's OS picks a free one
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class Settings:
     n: int
     backend: str
     device: str
-    port: int
+    port: int | None  # None: rank 0 binds port 0 and the OS picks a free one
     mpiexec: str
 
 
@@ -93,12 +93,14 @@ def resolve(
     n_gpus = 0 if device == "cpu" and backend in (None, "gloo") else _backend.count_gpus()
     choice = _backend.choose_backend(count, n_gpus, backend, device)
     if port is None and os.environ.get("DPLAB_PORT"):
-        port = int(os.environ["DPLAB_PORT"])
-    if port is None:
-        port = _backend.free_port()
-    else:
-        _backend.check_port_free(int(port))
-    return Settings(count, choice.backend, choice.device, int(port), mpiexec)
+        port = os.environ["DPLAB_PORT"]
+    if port is not None:
+        try:
+            port = int(port)
+        except ValueError:
+            raise ClusterError(f"port must be a number, got {port!r}: fix port= or DPLAB_PORT, or unset it") from None
+        _backend.check_port_free(port)
+    return Settings(count, choice.backend, choice.device, port, mpiexec)
 
 
 _running: "Cluster | None" = None
@@ -151,6 +153,7 @@ class Cluster:
         self.client = None
         self.view = None
         self.engines_seconds = self.start_seconds = float("nan")
+        self.port: int | None = settings.port  # the rendezvous port actually used, once joined
 
     # -- life cycle ---------------------------------------------------------
     def start(self) -> "Cluster":
@@ -199,6 +202,7 @@ class Cluster:
             "_dplab_info.local_rank, _dplab_info.device)\n"
             "del _dplab_worker, _dplab_info\n"
         )
+        self.port = int(self.client[0].apply_sync(os.getenv, "MASTER_PORT"))
 
     def _activate_magics(self) -> None:
         """Make %%px block and print every rank's output at once, in rank order."""

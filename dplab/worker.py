@@ -33,8 +33,27 @@ def _master_addr(comm) -> str:
     return "127.0.0.1" if len(set(hosts)) == 1 else hosts[0]
 
 
-def init(backend: str, device: str, port: int, master_addr: str | None = None) -> RankInfo:
-    """Set the rendezvous variables from MPI and call init_process_group."""
+def _gpu_for(rank: int, local_rank: int, backend: str) -> tuple[int | None, str | None]:
+    """The GPU this rank should use, or a message saying why it cannot have one."""
+    import torch
+
+    n_gpus = torch.cuda.device_count()
+    if n_gpus == 0:
+        return None, f"rank {rank} sees no GPU: check CUDA_VISIBLE_DEVICES on this node"
+    if backend == "nccl" and local_rank >= n_gpus:
+        return None, (
+            f"rank {rank} is local rank {local_rank} but its node has {n_gpus} GPU(s): "
+            "NCCL needs one GPU per rank, so start fewer engines per node or use gloo"
+        )
+    return local_rank % n_gpus, None
+
+
+def init(
+    backend: str, device: str, port: int | None = None, master_addr: str | None = None, timeout_s: float = 120
+) -> RankInfo:
+    """Join every MPI rank in one torch process group; port None lets rank 0's OS pick a free one."""
+    from datetime import timedelta
+
     from mpi4py import MPI
     import torch
     import torch.distributed as dist
@@ -44,30 +63,31 @@ def init(backend: str, device: str, port: int, master_addr: str | None = None) -
     local_rank, local_size = _node_rank_and_size(comm)
     # Ranks on one node share its cores: give each its share instead of all of them.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_size))
-    os.environ.update(
-        MASTER_ADDR=master_addr or _master_addr(comm),
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(size),
-        LOCAL_RANK=str(local_rank),
-    )
-    dev = "cpu"
-    if device == "cuda":
-        n_gpus = torch.cuda.device_count()
-        if n_gpus == 0:
-            raise RuntimeError(f"rank {rank} sees no GPU: check CUDA_VISIBLE_DEVICES on this node")
-        if backend == "nccl" and local_rank >= n_gpus:
-            raise RuntimeError(
-                f"rank {rank} is local rank {local_rank} but its node has {n_gpus} GPU(s): "
-                "NCCL needs one GPU per rank, so start fewer engines per node or use gloo"
-            )
-        gpu = local_rank % n_gpus
+    gpu, problem = _gpu_for(rank, local_rank, backend) if device == "cuda" else (None, None)
+    # Decide together: if one rank cannot start, none waits in a rendezvous that never completes.
+    problems = [p for p in comm.allgather(problem) if p]
+    if problems:
+        raise RuntimeError("; ".join(problems))
+    dev = "cpu" if gpu is None else f"cuda:{gpu}"
+    if gpu is not None:
         torch.cuda.set_device(gpu)
-        dev = f"cuda:{gpu}"
     if dist.is_initialized():
         dist.destroy_process_group()
+
+    addr = master_addr or _master_addr(comm)
+    timeout = timedelta(seconds=timeout_s)
+    store = None
+    if rank == 0:  # port 0: the OS picks a port nobody holds, so concurrent clusters never collide
+        store = dist.TCPStore(addr, port or 0, size, is_master=True, timeout=timeout, wait_for_workers=False)
+        port = store.port
+    port = comm.bcast(port, root=0)
+    if rank != 0:
+        store = dist.TCPStore(addr, port, size, is_master=False, timeout=timeout)
+    os.environ.update(
+        MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local_rank)
+    )
     kwargs = {"device_id": torch.device(dev)} if backend == "nccl" else {}
-    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size, **kwargs)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout, **kwargs)
     return RankInfo(rank, size, local_rank, dev)
 
 

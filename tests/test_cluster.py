@@ -89,9 +89,39 @@ def test_default_is_four_engines_on_gloo_without_gpus(monkeypatch):
     assert (s.n, s.backend, s.device) == (4, "gloo", "cpu")
 
 
-def test_each_resolution_picks_its_own_free_port():
-    ports = {resolve(n=1).port for _ in range(4)}
-    assert len(ports) > 1
+def test_port_is_left_to_rank_0_unless_requested(monkeypatch):
+    assert resolve(n=1).port is None
+    monkeypatch.setenv("DPLAB_PORT", "not-a-port")
+    with pytest.raises(ClusterError, match="DPLAB_PORT"):
+        resolve(n=1)
+
+
+def test_two_clusters_at_once_get_different_ports(tmp_path):
+    """Two learners on one node: each cluster's rank 0 gets its own free port."""
+    script = textwrap.dedent(
+        """
+        import sys, dplab
+        with dplab.start_cluster(2) as c:
+            print(c.port, flush=True)
+            sys.stdin.readline()
+        """
+    )
+    other = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        other_port = int(other.stdout.readline())
+        with dplab.start_cluster(2) as c:
+            c.view.execute("import torch, torch.distributed as dist; s = torch.ones(1); dist.all_reduce(s)")
+            assert [t.item() for t in c.view["s"]] == [2.0, 2.0]
+            assert c.port != other_port
+    finally:
+        other.communicate("\n", timeout=60)
+    assert other.returncode == 0
+
+
+def test_requested_port_is_used():
+    port = backend.free_port()
+    with dplab.start_cluster(1, port=port) as c:
+        assert c.port == port
 
 
 # -- real clusters ----------------------------------------------------------------
@@ -108,7 +138,7 @@ def test_cluster_ranks_join_one_process_group_and_stop_cleanly():
         envs = c.view["env"]
         assert [e["RANK"] for e in envs] == ["0", "1"]
         assert envs[1] == {
-            "RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(c.settings.port),
+            "RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(c.port),
             "WORLD_SIZE": "2", "LOCAL_RANK": "1",
         }
         c.view.execute(
@@ -140,7 +170,7 @@ def test_error_inside_with_block_still_stops_everything():
 
 def test_failure_while_joining_the_process_group_leaves_nothing_running():
     before = descendants()
-    bad = cluster.Settings(n=2, backend="nccl", device="cuda", port=backend.free_port(), mpiexec=cluster.find_mpiexec())
+    bad = cluster.Settings(n=2, backend="nccl", device="cuda", port=None, mpiexec=cluster.find_mpiexec())
     c = cluster.Cluster(bad)
     with pytest.raises(Exception, match="GPU"):
         c.start()

@@ -4,14 +4,18 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from dplab.backend import free_port
 from dplab.cluster import find_mpiexec
 
 HERE = os.path.dirname(__file__)
 
 
-def test_worker_init_under_mpiexec_matches_mpi_allreduce():
-    cmd = [find_mpiexec(), "-n", "2", sys.executable, os.path.join(HERE, "mpi", "check_worker.py"), str(free_port())]
+@pytest.mark.parametrize("port", ["auto", "requested"])
+def test_worker_init_under_mpiexec_matches_mpi_allreduce(port):
+    port = "auto" if port == "auto" else str(free_port())
+    cmd = [find_mpiexec(), "-n", "2", sys.executable, os.path.join(HERE, "mpi", "check_worker.py"), port]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     # MPICH forwards both ranks' stdout through one pipe; lines may arrive glued together.

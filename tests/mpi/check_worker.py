@@ -8,8 +8,9 @@ from mpi4py import MPI
 
 from dplab import worker
 
-port = int(sys.argv[1])
+port = None if sys.argv[1] == "auto" else int(sys.argv[1])
 info = worker.init("gloo", "cpu", port)
+assert port is None or int(os.environ["MASTER_PORT"]) == port
 comm = MPI.COMM_WORLD
 assert info.rank == comm.Get_rank() == dist.get_rank() == int(os.environ["RANK"])
 assert info.world_size == comm.Get_size() == dist.get_world_size() == int(os.environ["WORLD_SIZE"])
