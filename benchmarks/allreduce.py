@@ -1,0 +1,187 @@
+"""Bus bandwidth of hand-written all-reduce (naive, tree, ring) vs MPI.Allreduce and torch gloo.
+
+Every implementation runs side by side in one job, interleaved repeat by repeat, so noise
+from other programs hits all of them alike. The table gives busbw = n/t · 2(p-1)/p in GB/s
+(median of repeats; t is the slowest rank's time) and the ratio ring / MPI.Allreduce.
+Target: the hand-written ring reaches at least 0.8x MPI.Allreduce at 1 MiB and 16 MiB, p = 2.
+
+Launch recipes (from the repository root):
+
+    make bench                                   # every benchmarks/*.py, this one included
+    .venv/bin/python benchmarks/allreduce.py     # launches mpiexec -n 2 and -n 4 itself
+    .venv/bin/python benchmarks/allreduce.py --ranks 2 --sizes 1048576 --repeats 10
+
+One job by hand (the same code the launcher runs; prints one JSON line from rank 0):
+
+    PATH=$PWD/.venv/bin:$PATH mpiexec -n 2 python benchmarks/allreduce.py --worker
+
+On a SLURM cluster whose MPI srun can start (untested on the 2-core dev box), one rank
+per node; the torch rendezvous goes to rank 0's host on MASTER_PORT (default 29511):
+
+    srun --mpi=pmi2 -N 2 --ntasks-per-node=1 .venv/bin/python benchmarks/allreduce.py --worker
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+SIZES = (971_048, 1 << 20, 1 << 24)  # the MNIST MLP gradient, 1 MiB, 16 MiB
+IMPLS = ("naive", "tree", "ring", "MPI.Allreduce", "torch gloo")
+
+
+# ---- the three hand-written algorithms (the lab builds the same ones step by step) ----
+def allreduce_naive(comm, x):
+    """Every rank sends its whole vector to every other rank and adds what it receives."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    own, tmp = x.copy(), np.empty_like(x)
+    for k in range(1, p):
+        comm.Sendrecv(own, dest=(r + k) % p, recvbuf=tmp, source=(r - k) % p)
+        x += tmp
+    return x
+
+
+def allreduce_tree(comm, x):
+    """Binomial-tree reduce to rank 0, then binomial-tree broadcast from rank 0."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    tmp = np.empty_like(x)
+    mask = 1
+    while mask < p:
+        if r & mask:
+            comm.Send(x, dest=r - mask)
+            break
+        if r + mask < p:
+            comm.Recv(tmp, source=r + mask)
+            x += tmp
+        mask <<= 1
+    low = r & -r if r else 1 << (p - 1).bit_length()
+    if r:
+        comm.Recv(x, source=r - low)
+    m = low >> 1
+    while m:
+        if r + m < p:
+            comm.Send(x, dest=r + m)
+        m >>= 1
+    return x
+
+
+def allreduce_ring(comm, x):
+    """Reduce-scatter then all-gather around the ring, one chunk of about n/p per step."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    chunks = np.array_split(x, p)
+    tmp = np.empty_like(chunks[0])
+    right, left = (r + 1) % p, (r - 1) % p
+    for s in range(p - 1):
+        send, recv = chunks[(r - s) % p], chunks[(r - s - 1) % p]
+        buf = tmp[: recv.size]
+        comm.Sendrecv(send, dest=right, recvbuf=buf, source=left)
+        recv += buf
+    for s in range(p - 1):
+        comm.Sendrecv(chunks[(r + 1 - s) % p], dest=right, recvbuf=chunks[(r - s) % p], source=left)
+    return x
+
+
+def worker(sizes, repeats: int, port: int) -> None:
+    """Run inside an MPI job: time every implementation, rank 0 prints one JSON line."""
+    from mpi4py import MPI
+    import torch
+    import torch.distributed as dist
+
+    import dplab.worker
+
+    dplab.worker.init("gloo", "cpu", port)
+    comm = MPI.COMM_WORLD
+    p, r = comm.Get_size(), comm.Get_rank()
+    results = {}
+    for n in sizes:
+        count = n // 4
+        x = np.full(count, r + 1, dtype=np.float32)
+        t = torch.from_numpy(x)
+        want = p * (p + 1) / 2
+        fns = {
+            "naive": lambda: allreduce_naive(comm, x),
+            "tree": lambda: allreduce_tree(comm, x),
+            "ring": lambda: allreduce_ring(comm, x),
+            "MPI.Allreduce": lambda: comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM),
+            "torch gloo": lambda: dist.all_reduce(t),
+        }
+        reps = repeats if n <= (1 << 22) else max(5, repeats // 2)
+        times = {k: np.empty(reps) for k in IMPLS}
+        for k in IMPLS:  # warm-up and a correctness check of each
+            x.fill(r + 1)
+            fns[k]()
+            assert np.all(x == want), f"{k} gave a wrong sum at n={n}"
+        for i in range(reps):
+            for k in IMPLS:
+                x.fill(r + 1)
+                comm.Barrier()
+                t0 = time.perf_counter()
+                fns[k]()
+                times[k][i] = time.perf_counter() - t0
+        for k in IMPLS:
+            slowest = np.empty(reps)
+            comm.Allreduce(times[k], slowest, op=MPI.MAX)
+            results.setdefault(str(n), {})[k] = float(np.median(slowest))
+    if r == 0:
+        print(json.dumps({"p": p, "seconds": results}), flush=True)
+    dplab.worker.finalize()
+
+
+def run_job(p: int, sizes, repeats: int) -> dict:
+    """Launch one mpiexec job of p ranks and return its parsed result."""
+    from dplab.backend import free_port
+    from dplab.cluster import find_mpiexec
+
+    mpiexec = find_mpiexec()
+    env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(mpiexec), os.environ.get("PATH", "")]))
+    cmd = [mpiexec, "-n", str(p), sys.executable, os.path.abspath(__file__), "--worker",
+           "--repeats", str(repeats), "--port", str(free_port()), "--sizes", *map(str, sizes)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    if out.returncode != 0:
+        raise SystemExit(f"mpiexec -n {p} failed ({out.returncode}):\n{out.stderr[-2000:]}")
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1]
+    return json.loads(line)
+
+
+def busbw(n: int, t: float, p: int) -> float:
+    """Bus bandwidth in bytes/s for all-reduce."""
+    return n / t * 2 * (p - 1) / p
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--worker", action="store_true", help="run as one rank of an MPI job")
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--port", type=int, default=int(os.environ.get("MASTER_PORT", 29511)))
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.sizes, args.repeats, args.port)
+        return
+    from dplab.bench import machine
+
+    print(f"all-reduce busbw, GB/s (median of {args.repeats} repeats; float32; {machine()}; "
+          f"p > {os.cpu_count()} oversubscribes the cores)")
+    head = f"{'p':>2} {'bytes':>10} " + " ".join(f"{k:>13}" for k in IMPLS) + f" {'ring/MPI':>9}"
+    print(head)
+    ratios = {}
+    for p in args.ranks:
+        res = run_job(p, args.sizes, args.repeats)
+        for n in args.sizes:
+            sec = res["seconds"][str(n)]
+            bw = {k: busbw(n, sec[k], p) / 1e9 for k in IMPLS}
+            ratios[(p, n)] = bw["ring"] / bw["MPI.Allreduce"]
+            print(f"{p:>2} {n:>10,} " + " ".join(f"{bw[k]:>13.2f}" for k in IMPLS) + f" {ratios[(p, n)]:>9.2f}")
+    target = [(p, n) for (p, n) in ratios if p == 2 and n in (1 << 20, 1 << 24)]
+    ok = all(ratios[k] >= 0.8 for k in target)
+    print(f"target ring >= 0.8x MPI.Allreduce at 1 MiB and 16 MiB, p=2: {'met' if ok else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
