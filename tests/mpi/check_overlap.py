@@ -1,0 +1,43 @@
+"""Run under `mpiexec -n 2`: hook-overlap and flat all-reduce give DDP's gradients and buckets."""
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from dplab import worker
+from dplab.overlap import HookAllReduce, allreduce_after_backward, reverse_buckets
+
+info = worker.init("gloo", "cpu", int(sys.argv[1]))
+sizes = (784, 256, 256, 256, 10)
+gen = torch.Generator().manual_seed(info.rank)
+x, y = torch.randn(16, 784, generator=gen), torch.randint(0, 10, (16,), generator=gen)
+
+
+def grads(kind, cap_mb=1):
+    from dplab.overlap import wide_mlp
+
+    model = wide_mlp(sizes=sizes)
+    if kind == "ddp":
+        model = DDP(model, bucket_cap_mb=cap_mb)
+    hooks = HookAllReduce(model, int(cap_mb * 2**20)) if kind == "hook" else None
+    for _ in range(3):  # DDP rebuilds its buckets after the first steps; the hooks must reset
+        model.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        if kind == "after":
+            allreduce_after_backward(model)
+        elif kind == "hook":
+            hooks.wait()
+    out = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    return out, model
+
+
+g_after, _ = grads("after")
+g_hook, hook_model = grads("hook", 0.5)
+g_ddp, ddp = grads("ddp", 0.5)
+ddp_sizes = [int(s) for s in str(ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"]).split(", ")]
+hand_sizes = [sum(p.numel() * 4 for p in b) for b in reverse_buckets(list(ddp.module.parameters()), int(0.5 * 2**20))]
+d_hook = (g_hook - g_after).abs().max().item()
+d_ddp = (g_ddp - g_after).abs().max().item()
+print(f"rank {info.rank}: hook {d_hook <= 1e-6} ddp {d_ddp <= 1e-6} buckets {ddp_sizes == hand_sizes} n={len(hand_sizes)}")
+worker.finalize()

@@ -1,0 +1,43 @@
+"""dplab.overlap: bucketing like DDP's, and gradient averaging with and without overlap."""
+import os
+import subprocess
+import sys
+
+import torch
+
+from dplab.backend import free_port
+from dplab.cluster import find_mpiexec
+from dplab.models import gradient_bytes
+from dplab.overlap import WIDE_MLP, reverse_buckets, wide_mlp
+
+HERE = os.path.dirname(__file__)
+
+
+def test_reverse_buckets_start_from_the_last_parameter_and_close_at_the_cap():
+    params = [torch.zeros(n) for n in (10, 20, 30, 40)]  # 40, 80, 120, 160 bytes
+    buckets = reverse_buckets(params, cap_bytes=200)
+    assert [[p.numel() for p in b] for b in buckets] == [[40, 30], [20, 10]]
+    assert [[p.numel() for p in b] for b in reverse_buckets(params, 1)] == [[40], [30], [20], [10]]
+    assert len(reverse_buckets(params, 10**9)) == 1
+
+
+def test_reverse_buckets_cover_every_parameter_once():
+    model = wide_mlp()
+    params = list(model.parameters())
+    for cap in (2**20, 5 * 2**20, 25 * 2**20):
+        flat = [p for b in reverse_buckets(params, cap) for p in b]
+        assert [id(p) for p in flat] == [id(p) for p in reversed(params)]
+
+
+def test_wide_mlp_has_tens_of_megabytes_of_gradients():
+    model = wide_mlp()
+    assert 30e6 < gradient_bytes(model) < 60e6
+    assert model.sizes == WIDE_MLP
+
+
+def test_hook_overlap_and_flat_allreduce_match_ddp_gradients_and_buckets_under_mpiexec():
+    cmd = [find_mpiexec(), "-n", "2", sys.executable, os.path.join(HERE, "mpi", "check_overlap.py"), str(free_port())]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = sorted(line for line in out.stdout.splitlines() if line.startswith("rank"))
+    assert lines == [f"rank {r}: hook True ddp True buckets True n=2" for r in range(2)], out.stdout + out.stderr
