@@ -1,5 +1,6 @@
 """Shared fixtures: a clean DPLAB_* environment and process-leak checks."""
 import os
+import re
 import sys
 
 import psutil
@@ -27,6 +28,11 @@ def descendants() -> set[int]:
         except psutil.NoSuchProcess:
             pass
     return alive
+
+
+def rank_lines(stdout: str, pattern: str) -> list[str]:
+    """Sorted matches of `pattern` in mpiexec output, where ranks' lines may arrive glued together."""
+    return sorted(re.findall(pattern, stdout))
 
 
 def cluster_processes(cluster_id: str) -> list[str]:

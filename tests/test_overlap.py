@@ -10,6 +10,8 @@ from dplab.cluster import find_mpiexec
 from dplab.models import gradient_bytes
 from dplab.overlap import WIDE_MLP, reverse_buckets, wide_mlp
 
+from conftest import rank_lines
+
 HERE = os.path.dirname(__file__)
 
 
@@ -39,5 +41,5 @@ def test_hook_overlap_and_flat_allreduce_match_ddp_gradients_and_buckets_under_m
     cmd = [find_mpiexec(), "-n", "2", sys.executable, os.path.join(HERE, "mpi", "check_overlap.py"), str(free_port())]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
-    lines = sorted(line for line in out.stdout.splitlines() if line.startswith("rank"))
+    lines = rank_lines(out.stdout, r"rank \d+: hook \w+ ddp \w+ buckets \w+ n=\d+")
     assert lines == [f"rank {r}: hook True ddp True buckets True n=2" for r in range(2)], out.stdout + out.stderr

@@ -1,6 +1,5 @@
 """dplab.worker under a real `mpiexec -n 2`, without ipyparallel."""
 import os
-import re
 import subprocess
 import sys
 
@@ -8,6 +7,8 @@ import pytest
 
 from dplab.backend import free_port
 from dplab.cluster import find_mpiexec
+
+from conftest import rank_lines
 
 HERE = os.path.dirname(__file__)
 
@@ -18,6 +19,5 @@ def test_worker_init_under_mpiexec_matches_mpi_allreduce(port):
     cmd = [find_mpiexec(), "-n", "2", sys.executable, os.path.join(HERE, "mpi", "check_worker.py"), port]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
-    # MPICH forwards both ranks' stdout through one pipe; lines may arrive glued together.
-    lines = sorted(re.findall(r"rank \d+/\d+: \[[\d, ]+\]", out.stdout))
+    lines = rank_lines(out.stdout, r"rank \d+/\d+: \[[\d, ]+\]")
     assert lines == ["rank 0/2: [4, 6]", "rank 1/2: [4, 6]"]
