@@ -6,6 +6,7 @@ Settings come from arguments first, then these environment variables:
     DPLAB_BACKEND      torch.distributed backend: gloo, nccl or mpi; default automatic
     DPLAB_DEVICE       cpu or cuda; default automatic
     DPLAB_PORT         rendezvous port (MASTER_PORT); default: rank 0's OS picks a free one
+    DPLAB_THREADS      torch threads per rank; default: the node's cores shared among its ranks
 """
 from __future__ import annotations
 
@@ -64,6 +65,23 @@ def _engine_count(n: int | str | None) -> int:
     return count
 
 
+def _thread_count(threads: int | str | None) -> int | None:
+    """Validate the per-rank torch thread count from the argument or DPLAB_THREADS."""
+    raw = threads if threads is not None else os.environ.get("DPLAB_THREADS") or None
+    if raw is None:
+        return None
+    try:
+        count = int(raw)
+    except (TypeError, ValueError):
+        count = 0
+    if count < 1 or str(count) != str(raw).strip():
+        raise ClusterError(
+            f"thread count must be a whole number >= 1, got {raw!r}: fix threads= or DPLAB_THREADS, "
+            "or unset it to share the cores among the ranks"
+        )
+    return count
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything decided before any process starts."""
@@ -73,6 +91,7 @@ class Settings:
     device: str
     port: int | None  # None: rank 0 binds port 0 and the OS picks a free one
     mpiexec: str
+    threads: int | None = None  # None: cores // ranks on the node
 
 
 def resolve(
@@ -80,9 +99,11 @@ def resolve(
     backend: str | None = None,
     device: str | None = None,
     port: int | None = None,
+    threads: int | None = None,
 ) -> Settings:
     """Check every request and decide the settings; raises before anything starts."""
     count = _engine_count(n)
+    n_threads = _thread_count(threads)
     mpiexec = find_mpiexec()
     backend = backend or os.environ.get("DPLAB_BACKEND") or None
     device = device or os.environ.get("DPLAB_DEVICE") or None
@@ -100,7 +121,7 @@ def resolve(
         except ValueError:
             raise ClusterError(f"port must be a number, got {port!r}: fix port= or DPLAB_PORT, or unset it") from None
         _backend.check_port_free(port)
-    return Settings(count, choice.backend, choice.device, port, mpiexec)
+    return Settings(count, choice.backend, choice.device, port, mpiexec, n_threads)
 
 
 _running: "Cluster | None" = None
@@ -197,7 +218,7 @@ class Cluster:
         s = self.settings
         self.view.execute(
             "import dplab.worker as _dplab_worker\n"
-            f"_dplab_info = _dplab_worker.init({s.backend!r}, {s.device!r}, {s.port})\n"
+            f"_dplab_info = _dplab_worker.init({s.backend!r}, {s.device!r}, {s.port}, threads={s.threads})\n"
             "rank, world_size, local_rank, device = (_dplab_info.rank, _dplab_info.world_size, "
             "_dplab_info.local_rank, _dplab_info.device)\n"
             "del _dplab_worker, _dplab_info\n"
@@ -266,6 +287,7 @@ def start_cluster(
     device: str | None = None,
     port: int | None = None,
     init_torch: bool = True,
+    threads: int | None = None,
 ) -> Cluster:
     """Start n MPI-rank engines, join them in a torch process group, and return the handle.
 
@@ -273,7 +295,7 @@ def start_cluster(
     context manager, or call ``.stop()``; it also stops at interpreter exit.
     """
     global _running
-    settings = resolve(n, backend, device, port)
+    settings = resolve(n, backend, device, port, threads)
     if _running is not None:
         _running.stop()
     cluster = Cluster(settings, init_torch=init_torch).start()

@@ -49,7 +49,12 @@ def _gpu_for(rank: int, local_rank: int, backend: str) -> tuple[int | None, str 
 
 
 def init(
-    backend: str, device: str, port: int | None = None, master_addr: str | None = None, timeout_s: float = 120
+    backend: str,
+    device: str,
+    port: int | None = None,
+    master_addr: str | None = None,
+    timeout_s: float = 120,
+    threads: int | None = None,
 ) -> RankInfo:
     """Join every MPI rank in one torch process group; port None lets rank 0's OS pick a free one."""
     from datetime import timedelta
@@ -62,7 +67,7 @@ def init(
     rank, size = comm.Get_rank(), comm.Get_size()
     local_rank, local_size = _node_rank_and_size(comm)
     # Ranks on one node share its cores: give each its share instead of all of them.
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_size))
+    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local_size))
     gpu, problem = _gpu_for(rank, local_rank, backend) if device == "cuda" else (None, None)
     # Decide together: if one rank cannot start, none waits in a rendezvous that never completes.
     problems = [p for p in comm.allgather(problem) if p]

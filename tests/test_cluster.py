@@ -77,6 +77,20 @@ def test_environment_overrides_count_backend_device_and_port(monkeypatch):
     assert (resolve().backend, resolve().device) == ("gloo", "cpu")
 
 
+@pytest.mark.parametrize("threads", ["0", "-2", "two", "1.5"])
+def test_bad_thread_count_from_environment_is_refused_before_start(threads, monkeypatch, no_new_processes):
+    monkeypatch.setenv("DPLAB_THREADS", threads)
+    with pytest.raises(ClusterError, match="DPLAB_THREADS"):
+        dplab.start_cluster(2)
+
+
+def test_thread_count_comes_from_argument_then_environment(monkeypatch):
+    assert resolve(n=1).threads is None
+    monkeypatch.setenv("DPLAB_THREADS", "3")
+    assert resolve(n=1).threads == 3
+    assert resolve(n=1, threads=2).threads == 2
+
+
 def test_arguments_beat_environment(monkeypatch):
     monkeypatch.setenv("DPLAB_ENGINES", "3")
     assert resolve(n=2).n == 2
@@ -118,6 +132,13 @@ def test_two_clusters_at_once_get_different_ports(tmp_path):
     assert other.returncode == 0
 
 
+def test_requested_thread_count_reaches_every_rank(monkeypatch):
+    monkeypatch.setenv("DPLAB_THREADS", "3")
+    with dplab.start_cluster(2) as c:
+        c.view.execute("import torch; n_threads = torch.get_num_threads()")
+        assert c.view["n_threads"] == [3, 3]
+
+
 def test_requested_port_is_used():
     port = backend.free_port()
     with dplab.start_cluster(1, port=port) as c:
@@ -129,6 +150,9 @@ def test_requested_port_is_used():
 def test_cluster_ranks_join_one_process_group_and_stop_cleanly():
     before = descendants()
     with dplab.start_cluster(2) as c:
+        # two ranks on one node share its cores
+        c.view.execute("import torch; n_threads = torch.get_num_threads()")
+        assert c.view["n_threads"] == [max(1, os.cpu_count() // 2)] * 2
         cid = c.cluster_id
         assert cluster_processes(cid), "engines should be running"
         c.view.execute(
