@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup book test test-kit test-labs test-book bench labs clean
+.PHONY: setup book test test-kit test-labs test-labs-other-cpu test-book test-any-p test-gpu bench labs clean
 
 setup: $(STAMP)
 
@@ -22,16 +22,35 @@ book: setup
 	$(BIN)/jupyter-book build .
 	@echo "Open _build/html/index.html"
 
-test: test-kit test-labs test-book
+test: test-kit test-labs test-labs-other-cpu test-book
 
 # Labs and kit tests run with the defaults (4 engines, automatic backend), whatever the shell sets.
-UNSET_DPLAB := env -u DPLAB_ENGINES -u DPLAB_BACKEND -u DPLAB_DEVICE -u DPLAB_PORT -u DPLAB_MNIST
+UNSET_DPLAB := env -u DPLAB_ENGINES -u DPLAB_BACKEND -u DPLAB_DEVICE -u DPLAB_PORT -u DPLAB_MNIST -u DPLAB_THREADS
+# nbval compares every stored output; tests/nbval_sanitize.cfg masks the floats that depend on summation order.
+NBVAL := $(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-env --nbval-cell-timeout=900 \
+	--nbval-sanitize-with tests/nbval_sanitize.cfg
+# Another CPU, simulated: ATen's scalar kernels, MKL's compatible code path, 1 thread in the notebook
+# and 2 per engine. Each changes float results (tests/test_portability.py checks that it still does).
+OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 DPLAB_THREADS=2
 
 test-kit: setup
 	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 test-labs: setup
-	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-env --nbval-cell-timeout=900 labs
+	$(UNSET_DPLAB) $(NBVAL) labs
+
+# The same stored outputs must pass on the simulated other CPU.
+test-labs-other-cpu: setup
+	$(UNSET_DPLAB) $(OTHER_CPU) $(NBVAL) labs
+
+# Every lab at p = 1 and p = 3, asserts only (stored outputs are those of p = 4).
+test-any-p: setup
+	$(UNSET_DPLAB) $(BIN)/python tools/run_labs.py --any-p
+
+# Every lab on a GPU, asserts only: NCCL with one engine per GPU, and 4 engines sharing GPU 0 on gloo.
+# With no GPU it says so and exits non-zero before starting anything.
+test-gpu: setup
+	$(UNSET_DPLAB) $(BIN)/python tools/run_labs.py --gpu
 
 # The labs were just executed by nbval; the book build re-runs only the chapters' cells.
 test-book: setup

@@ -1,0 +1,150 @@
+"""Execute every lab, asserts only, under several settings, and print a table lab x setting.
+
+    python tools/run_labs.py --any-p          # p = 1 and p = 3 on this machine (make test-any-p)
+    python tools/run_labs.py --gpu            # NCCL, one engine per GPU; 4 engines sharing GPU 0 on gloo
+    python tools/run_labs.py --setting NAME:VAR=VALUE,VAR=VALUE [labs/01_single_device.ipynb ...]
+
+Outputs are not compared and the notebooks are not written back: a lab passes when every cell
+runs and every assert holds. After each lab, no process that it started may still be running.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import psutil
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+ROOT = Path(__file__).resolve().parent.parent
+CELL_TIMEOUT_S = 600
+ANY_P = {"p=1": {"DPLAB_ENGINES": "1"}, "p=3": {"DPLAB_ENGINES": "3"}}
+
+
+def gpu_settings() -> dict[str, dict[str, str]]:
+    """NCCL with one engine per GPU, and 4 engines sharing GPU 0 on gloo; exits if there is no GPU."""
+    import torch
+
+    n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n_gpus == 0:
+        sys.exit(
+            "make test-gpu: no GPU is visible to torch on this machine (torch "
+            f"{torch.__version__}), so nothing was started. Run it on a machine with an NVIDIA GPU "
+            "and a CUDA build of torch, with CUDA_VISIBLE_DEVICES unset or naming the GPUs to use."
+        )
+    return {
+        f"nccl, {n_gpus} GPU(s)": {"DPLAB_ENGINES": str(n_gpus), "DPLAB_BACKEND": "nccl", "DPLAB_DEVICE": "cuda"},
+        "gloo, 4 share GPU 0": {
+            "DPLAB_ENGINES": "4", "DPLAB_BACKEND": "gloo", "DPLAB_DEVICE": "cuda", "CUDA_VISIBLE_DEVICES": "0",
+        },
+    }
+
+
+def parse_setting(text: str) -> tuple[str, dict[str, str]]:
+    """'NAME:VAR=VALUE,VAR=VALUE' -> (NAME, {VAR: VALUE})."""
+    name, _, assignments = text.partition(":")
+    env = dict(a.split("=", 1) for a in assignments.split(",") if a)
+    if not name or not env:
+        raise SystemExit(f"--setting {text!r}: write it as NAME:VAR=VALUE[,VAR=VALUE]")
+    return name, env
+
+
+def leftovers(before: set[int]) -> list[str]:
+    """Processes started since `before` that are still alive after a grace period; they are killed."""
+    procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    _, alive = psutil.wait_procs(procs, timeout=15)
+    names = []
+    for p in alive:
+        try:
+            names.append(p.name())
+            p.kill()
+        except psutil.Error:
+            pass
+    return names
+
+
+def run_lab(path: Path, env: dict[str, str]) -> str:
+    """Execute one lab with `env` added to the environment; return 'ok (N s)' or what failed."""
+    nb = nbformat.read(path, as_version=4)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    t0 = time.perf_counter()
+    try:
+        client = NotebookClient(
+            nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", record_timing=False,
+            resources={"metadata": {"path": str(path.parent)}},
+        )
+        client.execute()
+        result = f"ok ({time.perf_counter() - t0:.0f} s)"
+    except (CellExecutionError, CellTimeoutError, DeadKernelError) as e:
+        result = describe_failure(nb, e)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    left = leftovers(before)
+    if left:
+        result += f"; left running: {', '.join(sorted(set(left)))}"
+    return result
+
+
+def describe_failure(nb, error: Exception) -> str:
+    """'cell K: ErrorName: message' for the first code cell whose output holds an error."""
+    code_index = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        code_index += 1
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                return f"FAIL cell {code_index}: {out['ename']}: {out['evalue'][:160]}"
+    return f"FAIL: {type(error).__name__}: {str(error).strip().splitlines()[-1][:160]}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("labs", nargs="*", type=Path, help="notebooks (default: labs/*.ipynb)")
+    ap.add_argument("--any-p", action="store_true", help="run at p = 1 and p = 3")
+    ap.add_argument("--gpu", action="store_true", help="run the two GPU settings")
+    ap.add_argument("--setting", action="append", default=[], help="NAME:VAR=VALUE,... (repeatable)")
+    args = ap.parse_args()
+
+    settings: dict[str, dict[str, str]] = {}
+    if args.gpu:
+        settings.update(gpu_settings())
+    if args.any_p:
+        settings.update(ANY_P)
+    settings.update(parse_setting(s) for s in args.setting)
+    if not settings:
+        ap.error("name at least one of --any-p, --gpu, --setting")
+    labs = args.labs or sorted((ROOT / "labs").glob("*.ipynb"))
+    missing = [str(p) for p in labs if not p.is_file()]
+    if missing:
+        ap.error(f"no such notebook: {', '.join(missing)}")
+
+    results = {}
+    for lab in labs:
+        for name, env in settings.items():
+            results[lab.name, name] = run_lab(lab.resolve(), env)
+            print(f"{lab.name} [{name}]: {results[lab.name, name]}", flush=True)
+
+    width = max(len(lab.name) for lab in labs)
+    cols = {name: max(len(name), *(len(results[lab.name, name]) for lab in labs)) for name in settings}
+    print("\n" + "lab".ljust(width) + " | " + " | ".join(n.ljust(w) for n, w in cols.items()))
+    print("-" * width + "-+-" + "-+-".join("-" * w for w in cols.values()))
+    for lab in labs:
+        print(lab.name.ljust(width) + " | " + " | ".join(results[lab.name, n].ljust(w) for n, w in cols.items()))
+    failed = [k for k, v in results.items() if not v.startswith("ok") or "left running" in v]
+    print(f"\n{len(results) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
