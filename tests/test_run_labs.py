@@ -1,0 +1,46 @@
+"""tools/run_labs.py: the runner behind make test-any-p and make test-gpu."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+from conftest import descendants, wait_until_gone
+
+RUNNER = Path(__file__).resolve().parent.parent / "tools" / "run_labs.py"
+
+
+def run(*args, env=None):
+    return subprocess.run([sys.executable, str(RUNNER), *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def test_gpu_run_without_a_gpu_refuses_before_starting_anything():
+    before = descendants()
+    out = run("--gpu", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert out.returncode != 0
+    assert "no GPU is visible" in out.stderr and "nothing was started" in out.stderr
+    assert wait_until_gone(descendants() - before, timeout=5) == set()
+
+
+def test_table_names_the_failing_cell_and_passes_the_setting(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("import os\nassert os.environ['DPLAB_ENGINES'] == '3'"),
+        nbformat.v4.new_code_cell("assert False, 'planted failure'"),
+    ]
+    path = tmp_path / "planted.ipynb"
+    nbformat.write(nb, path)
+    ok = tmp_path / "fine.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=nb.cells[:1]), ok)
+    out = run("--setting", "p=3:DPLAB_ENGINES=3", str(ok), str(path))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "fine.ipynb [p=3]: ok" in out.stdout
+    assert "planted.ipynb [p=3]: FAIL cell 2: AssertionError: planted failure" in out.stdout
+    assert out.stdout.rstrip().endswith("1 passed, 1 failed")
+
+
+def test_badly_written_setting_is_refused():
+    out = run("--setting", "p=3")
+    assert out.returncode != 0 and "NAME:VAR=VALUE" in out.stderr
