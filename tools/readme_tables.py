@@ -1,0 +1,68 @@
+"""Write README.md's timing tables from benchmarks/results/, so no timing in it is typed by hand.
+
+    python tools/readme_tables.py           # rewrite the tables in README.md
+    python tools/readme_tables.py --check   # exit 1 if README.md differs from what it would write
+
+Each table sits between `<!-- table:NAME -->` and `<!-- /table:NAME -->`.
+"""
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def minutes(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s:02d} s" if m else f"{s} s"
+
+
+def commands_table() -> str:
+    """| command | time | from commands.txt (tools/time_commands.py)."""
+    text = (RESULTS / "commands.txt").read_text()
+    when = re.search(r"# (\d{4}-\d\d-\d\d) [\d:]+ UTC, clean clone of (\w+)", text)
+    host = re.search(r"^machine: (.*)$", text, flags=re.M).group(1)
+    rows = [f"From a clean clone of commit `{when.group(2)}` on {host}, {when.group(1)}, with pip's cache warm"
+            " (`benchmarks/results/commands.txt`, written by `tools/time_commands.py`):", "",
+            "| command | time |", "|---|---|"]
+    for target, sec in re.findall(r"^make (\S+)\s+(\d+) s$", text, flags=re.M):
+        rows.append(f"| `make {target}` | {minutes(float(sec))} |")
+    return "\n".join(rows)
+
+
+def cluster_table() -> str:
+    """| phase | seconds | from cluster_start.txt (benchmarks/cluster_start.py)."""
+    text = (RESULTS / "cluster_start.txt").read_text()
+    head = re.search(r"(\d+) MPI engines, median of (\d+) on (.*)$", text, flags=re.M)
+    value = {k: re.search(rf"{k}\s+([\d.]+) s", text).group(1)
+             for k in ("engines ready", "process group joined", "stop")}
+    return "\n".join([
+        f"`dplab.start_cluster()` with {head.group(1)} engines on {head.group(3)}, median of {head.group(2)} starts,"
+        " from `benchmarks/cluster_start.py` (saved in `benchmarks/results/cluster_start.txt`):", "",
+        "| phase | seconds |", "|---|---|",
+        f"| all {head.group(1)} engines ready (target: at most 4 s) | {value['engines ready']} |",
+        f"| process group joined (includes importing torch on every engine) | {value['process group joined']} |",
+        f"| stop, every process reaped | {value['stop']} |",
+    ])
+
+
+TABLES = {"commands": commands_table, "cluster_start": cluster_table}
+
+
+def render(readme: str) -> str:
+    for name, make in TABLES.items():
+        pattern = rf"(<!-- table:{name} -->\n).*?(\n<!-- /table:{name} -->)"
+        if not re.search(pattern, readme, flags=re.S):
+            raise SystemExit(f"README.md has no <!-- table:{name} --> ... <!-- /table:{name} --> block")
+        readme = re.sub(pattern, lambda m: m.group(1) + make() + m.group(2), readme, flags=re.S)
+    return readme
+
+
+if __name__ == "__main__":
+    path = ROOT / "README.md"
+    old = path.read_text()
+    new = render(old)
+    if "--check" in sys.argv[1:]:
+        sys.exit(0 if new == old else "README.md's tables differ from benchmarks/results/: run tools/readme_tables.py")
+    path.write_text(new)

@@ -1,0 +1,38 @@
+"""Time the README's commands from a clean clone and save them for the README's table.
+
+    python tools/time_commands.py                       # make test, make test-any-p, make book
+    python tools/time_commands.py test                  # only make test
+
+Clones this repository's HEAD into a temporary folder, runs each `make` target there one after
+the other (pip's cache is reused, nothing else), and writes benchmarks/results/commands.txt.
+`python tools/readme_tables.py` then puts the times into README.md.
+"""
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from dplab.bench import machine  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+targets = sys.argv[1:] or ["test", "test-any-p", "book"]
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                        check=True).stdout.strip()
+stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+lines = [f"$ python tools/time_commands.py {' '.join(targets)}   # {stamp}, clean clone of {commit}\n",
+         f"machine: {machine()}\n"]
+with tempfile.TemporaryDirectory() as tmp:
+    clone = Path(tmp) / "book"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    for target in targets:
+        t0 = time.perf_counter()
+        proc = subprocess.run(["make", target], cwd=clone)
+        seconds = time.perf_counter() - t0
+        if proc.returncode != 0:
+            sys.exit(f"make {target} failed in the clean clone after {seconds:.0f} s: times not saved")
+        lines.append(f"make {target:12s} {seconds:7.0f} s\n")
+        print(lines[-1], end="", flush=True)
+(ROOT / "benchmarks" / "results" / "commands.txt").write_text("".join(lines))
