@@ -1,5 +1,7 @@
 """The book's own rules, checked: toc, lab skeleton, stored outputs, no machine paths."""
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -72,3 +74,10 @@ def test_cells_whose_output_is_ignored_still_assert(path):
         while j + 1 < len(code) and ignored[j] and "assert" not in code[j].source:
             j += 1
         assert "assert" in code[j].source, f"{path.name}: an output-ignored cell checks nothing:\n{cell.source[:200]}"
+
+
+def test_readme_timing_tables_are_the_saved_results():
+    """README.md's timing tables are written from benchmarks/results/, not typed by hand."""
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "readme_tables.py"), "--check"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -23,7 +23,7 @@ def commands_table() -> str:
     text = (RESULTS / "commands.txt").read_text()
     when = re.search(r"# (\d{4}-\d\d-\d\d) [\d:]+ UTC, clean clone of (\w+)", text)
     host = re.search(r"^machine: (.*)$", text, flags=re.M).group(1)
-    rows = [f"From a clean clone of commit `{when.group(2)}` on {host}, {when.group(1)}, with pip's cache warm"
+    rows = [f"From a clean clone of commit `{when.group(2)}` on {host}, {when.group(1)}, one after the other in the same clone, with pip's cache warm"
             " (`benchmarks/results/commands.txt`, written by `tools/time_commands.py`):", "",
             "| command | time |", "|---|---|"]
     for target, sec in re.findall(r"^make (\S+)\s+(\d+) s$", text, flags=re.M):
@@ -52,10 +52,10 @@ TABLES = {"commands": commands_table, "cluster_start": cluster_table}
 
 def render(readme: str) -> str:
     for name, make in TABLES.items():
-        pattern = rf"(<!-- table:{name} -->\n).*?(\n<!-- /table:{name} -->)"
+        pattern = rf"(<!-- table:{name} -->\n)(?:.*?\n)?(<!-- /table:{name} -->)"
         if not re.search(pattern, readme, flags=re.S):
             raise SystemExit(f"README.md has no <!-- table:{name} --> ... <!-- /table:{name} --> block")
-        readme = re.sub(pattern, lambda m: m.group(1) + make() + m.group(2), readme, flags=re.S)
+        readme = re.sub(pattern, lambda m: m.group(1) + make() + "\n" + m.group(2), readme, flags=re.S)
     return readme
 
 
