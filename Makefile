@@ -58,9 +58,10 @@ test-book: setup
 	$(BIN)/python tools/test_config.py _config.yml _build/_config_test.yml
 	$(BIN)/jupyter-book build -W -n --keep-going --config _build/_config_test.yml .
 
-# Re-execute every lab and store its outputs (after changing a lab or the kit).
+# Re-execute every lab, store its outputs, and export what the labs teach to labcode/.
 labs: setup
 	$(UNSET_DPLAB) $(BIN)/python tools/execute_labs.py labs/*.ipynb
+	$(BIN)/python tools/export_labs.py
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py

@@ -1,7 +1,7 @@
 """Step time of data-parallel training with and without overlap of all-reduce and backward.
 
 Times one training step (forward, backward, gradient averaging, SGD update) of a
-41 MB-gradient MLP (`dplab.overlap.WIDE_MLP`) on every rank, for:
+41 MB-gradient MLP (`labcode.overlap.WIDE_MLP`, from Lab 4) on every rank, for:
 
   compute only   no communication at all (the floor; the ranks' models drift apart)
   no overlap     one flat all-reduce after backward (Lab 2's method)
@@ -35,8 +35,6 @@ import statistics
 import subprocess
 import sys
 import time
-
-CAPS_MB = (1, 5, 10, 25, 50)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -102,7 +100,8 @@ def run(args: argparse.Namespace, how: str) -> None:
 
     from dplab.bench import machine
     from dplab.models import gradient_bytes
-    from dplab.overlap import HookAllReduce, allreduce_after_backward, wide_mlp
+    from dplab.models import mlp
+    from labcode.overlap import CAPS, WIDE_MLP, OverlapAllReduce, allreduce_gradients  # Lab 4's own code
 
     rank, world_size, device = join(how)
     gen = torch.Generator().manual_seed(1000 + rank)
@@ -111,17 +110,17 @@ def run(args: argparse.Namespace, how: str) -> None:
     ids = [device.index] if device.type == "cuda" else None
 
     def make(kind: str, cap: int | None):
-        model = wide_mlp().to(device)
+        model = mlp(sizes=WIDE_MLP).to(device)
         if kind == "ddp":
             model = DDP(model, device_ids=ids, bucket_cap_mb=cap)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        hooks = HookAllReduce(model, cap * 2**20) if kind == "hook" else None
+        hooks = OverlapAllReduce(model, cap) if kind == "hook" else None
 
         def step() -> None:
             opt.zero_grad(set_to_none=True)
             torch.nn.functional.cross_entropy(model(x), y).backward()
             if kind == "after":
-                allreduce_after_backward(model)
+                allreduce_gradients(model)
             elif kind == "hook":
                 hooks.wait()
             opt.step()
@@ -129,8 +128,8 @@ def run(args: argparse.Namespace, how: str) -> None:
         return step
 
     configs = {"compute only": make("none", None), "no overlap": make("after", None)}
-    configs.update({f"hook overlap {c} MiB": make("hook", c) for c in CAPS_MB})
-    configs.update({f"DDP bucket_cap_mb={c}": make("ddp", c) for c in CAPS_MB})
+    configs.update({f"hook overlap {c} MiB": make("hook", c) for c in CAPS})
+    configs.update({f"DDP bucket_cap_mb={c}": make("ddp", c) for c in CAPS})
     for step in configs.values():
         for _ in range(args.warmup):
             step()
@@ -153,7 +152,7 @@ def run(args: argparse.Namespace, how: str) -> None:
     med = {name: statistics.median(row) for name, row in zip(configs, table.cpu().tolist())}
     if rank == 0:
         base = med["no overlap"]
-        mb = gradient_bytes(wide_mlp()) / 2**20
+        mb = gradient_bytes(mlp(sizes=WIDE_MLP)) / 2**20
         print(f"# DDP overlap benchmark: p={world_size}, B={args.batch}, {mb:.1f} MiB of fp32 gradients, "
               f"backend={dist.get_backend()}, device={device.type}, {args.repeats} repeats (median)")
         print(f"# machine: {machine()}; torch threads per rank: {torch.get_num_threads()}")

@@ -1,4 +1,4 @@
-"""dplab.overlap: bucketing like DDP's, and gradient averaging with and without overlap."""
+"""Lab 4's overlap code (labcode.overlap): bucketing like DDP's, and gradient averaging with and without overlap."""
 import os
 import subprocess
 import sys
@@ -7,8 +7,8 @@ import torch
 
 from dplab.backend import free_port
 from dplab.cluster import find_mpiexec
-from dplab.models import gradient_bytes
-from dplab.overlap import WIDE_MLP, reverse_buckets, wide_mlp
+from dplab.models import mlp
+from labcode.overlap import CAPS, WIDE_MLP, reverse_buckets
 
 from conftest import rank_lines
 
@@ -24,17 +24,18 @@ def test_reverse_buckets_start_from_the_last_parameter_and_close_at_the_cap():
 
 
 def test_reverse_buckets_cover_every_parameter_once():
-    model = wide_mlp()
-    params = list(model.parameters())
+    params = list(mlp(sizes=WIDE_MLP).parameters())
     for cap in (2**20, 5 * 2**20, 25 * 2**20):
         flat = [p for b in reverse_buckets(params, cap) for p in b]
         assert [id(p) for p in flat] == [id(p) for p in reversed(params)]
 
 
-def test_wide_mlp_has_tens_of_megabytes_of_gradients():
-    model = wide_mlp()
-    assert 30e6 < gradient_bytes(model) < 60e6
-    assert model.sizes == WIDE_MLP
+def test_every_cap_of_lab_4_gives_the_wide_mlp_another_bucketing():
+    """Lab 4 compares the caps in CAPS; that shows something only if each one buckets differently."""
+    params = list(mlp(sizes=WIDE_MLP).parameters())
+    counts = [len(reverse_buckets(params, cap * 2**20)) for cap in CAPS]
+    assert counts == sorted(counts, reverse=True) and len(set(counts)) == len(CAPS), counts
+    assert counts[-1] == 1  # the largest cap holds every gradient: no overlap is possible
 
 
 def test_hook_overlap_and_flat_allreduce_match_ddp_gradients_and_buckets_under_mpiexec():

@@ -6,7 +6,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dplab import worker
-from dplab.overlap import HookAllReduce, allreduce_after_backward, reverse_buckets
+from dplab.models import mlp
+from labcode.overlap import OverlapAllReduce, allreduce_gradients, reverse_buckets
 
 info = worker.init("gloo", "cpu", int(sys.argv[1]))
 sizes = (784, 256, 256, 256, 10)
@@ -15,17 +16,15 @@ x, y = torch.randn(16, 784, generator=gen), torch.randint(0, 10, (16,), generato
 
 
 def grads(kind, cap_mb=1):
-    from dplab.overlap import wide_mlp
-
-    model = wide_mlp(sizes=sizes)
+    model = mlp(sizes=sizes)
     if kind == "ddp":
         model = DDP(model, bucket_cap_mb=cap_mb)
-    hooks = HookAllReduce(model, int(cap_mb * 2**20)) if kind == "hook" else None
+    hooks = OverlapAllReduce(model, cap_mb) if kind == "hook" else None
     for _ in range(3):  # DDP rebuilds its buckets after the first steps; the hooks must reset
         model.zero_grad(set_to_none=True)
         F.cross_entropy(model(x), y).backward()
         if kind == "after":
-            allreduce_after_backward(model)
+            allreduce_gradients(model)
         elif kind == "hook":
             hooks.wait()
     out = torch.cat([p.grad.reshape(-1) for p in model.parameters()])

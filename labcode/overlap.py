@@ -1,0 +1,74 @@
+"""Generated from labs/04_ddp.ipynb by tools/export_labs.py: do not edit.
+
+Change the lab, then run `python tools/export_labs.py`; a test fails while the two differ.
+"""
+import functools
+import torch
+import torch.distributed as dist
+
+
+# From labs/04_ddp.ipynb, section "1. DDP against one process and against a hand-written all-reduce".
+def allreduce_gradients(model, group=None):
+    # Average every gradient over the ranks of `group` (default: all ranks) with one all-reduce.
+    grads = [p.grad for p in model.parameters()]
+    flat = torch.cat([g.reshape(-1) for g in grads])     # one message instead of one per tensor
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+    flat /= dist.get_world_size(group)
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+WIDE_MLP = (784,) + (1024,) * 10 + (10,)
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+BW = 64
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+def reverse_buckets(params, cap_bytes):
+    # Last parameter first; a bucket is closed as soon as it holds cap_bytes or more.
+    buckets, current, size = [], [], 0
+    for q in reversed(list(params)):
+        current.append(q)
+        size += q.numel() * q.element_size()
+        if size >= cap_bytes:
+            buckets.append(current)
+            current, size = [], 0
+    return buckets + [current] if current else buckets
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+class OverlapAllReduce:
+    def __init__(self, model, cap_mb, group=None):
+        self.group, self.p = group, dist.get_world_size(group)   # average over the ranks of group
+        self.buckets = reverse_buckets(model.parameters(), cap_mb * 2**20)
+        self.left = [len(b) for b in self.buckets]
+        self.launched = []                                    # (bucket, flat buffer, handle)
+        for i, bucket in enumerate(self.buckets):
+            for q in bucket:
+                q.register_post_accumulate_grad_hook(functools.partial(self.ready, i))
+
+    def ready(self, i, param):                               # called during backward
+        self.left[i] -= 1
+        if self.left[i] == 0:
+            flat = torch.cat([q.grad.reshape(-1) for q in self.buckets[i]])
+            self.launched.append((i, flat, dist.all_reduce(flat, group=self.group, async_op=True)))
+
+    def wait(self):                                          # called after backward
+        for i, flat, handle in self.launched:
+            handle.wait()
+            flat /= self.p
+            offset = 0
+            for q in self.buckets[i]:
+                q.grad.copy_(flat[offset:offset + q.numel()].view_as(q))
+                offset += q.numel()
+        assert len(self.launched) == len(self.buckets)
+        self.launched, self.left = [], [len(b) for b in self.buckets]
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+CAPS = (1, 5, 10, 25, 50)
