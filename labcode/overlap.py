@@ -42,6 +42,13 @@ def reverse_buckets(params, cap_bytes):
 
 
 # From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+def ddp_bucket_bytes(ddp):
+    # DDP's buckets in bytes, in launch order, once it has rebuilt them (an internal debugging API).
+    rebuilt = ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"]       # a string "b1, b2, ..."
+    return [int(s) for s in str(rebuilt).split(", ")]
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
 class OverlapAllReduce:
     def __init__(self, model, cap_mb, group=None):
         self.group, self.p = group, dist.get_world_size(group)   # average over the ranks of group

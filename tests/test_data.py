@@ -161,7 +161,7 @@ def test_full_mnist_folder_can_come_from_dplab_mnist(tmp_path, monkeypatch):
 
 def test_missing_folder_raises_file_not_found_that_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.delenv("DPLAB_MNIST", raising=False)
-    with pytest.raises(FileNotFoundError, match="no MNIST IDX files.*download=True"):
+    with pytest.raises(FileNotFoundError, match="no MNIST IDX files.*leave root"):
         load_mnist(tmp_path / "no-such-folder")
 
 

@@ -7,7 +7,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dplab import worker
 from dplab.models import mlp
-from labcode.overlap import OverlapAllReduce, allreduce_gradients, reverse_buckets
+from labcode.overlap import OverlapAllReduce, allreduce_gradients, ddp_bucket_bytes, reverse_buckets
 
 info = worker.init("gloo", "cpu", int(sys.argv[1]))
 sizes = (784, 256, 256, 256, 10)
@@ -34,7 +34,7 @@ def grads(kind, cap_mb=1):
 g_after, _ = grads("after")
 g_hook, hook_model = grads("hook", 0.5)
 g_ddp, ddp = grads("ddp", 0.5)
-ddp_sizes = [int(s) for s in str(ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"]).split(", ")]
+ddp_sizes = ddp_bucket_bytes(ddp)
 hand_sizes = [sum(p.numel() * 4 for p in b) for b in reverse_buckets(list(ddp.module.parameters()), int(0.5 * 2**20))]
 d_hook = (g_hook - g_after).abs().max().item()
 d_ddp = (g_ddp - g_after).abs().max().item()
