@@ -55,7 +55,7 @@ test-gpu: setup
 # The labs were just executed by nbval; the book build re-runs only the chapters' cells.
 test-book: setup
 	mkdir -p _build
-	$(BIN)/python tools/test_config.py _config.yml _build/_config_test.yml
+	$(BIN)/python tools/book_config.py _config.yml _build/_config_test.yml
 	$(BIN)/jupyter-book build -W -n --keep-going --config _build/_config_test.yml .
 
 # Re-execute every lab, store its outputs, and export what the labs teach to labcode/.

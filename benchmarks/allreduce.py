@@ -16,7 +16,8 @@ One job by hand (the same code the launcher runs; prints one JSON line from rank
     PATH=$PWD/.venv/bin:$PATH mpiexec -n 2 python benchmarks/allreduce.py --worker
 
 On a SLURM cluster whose MPI srun can start (untested on the 2-core dev box), one rank
-per node; the torch rendezvous goes to rank 0's host on MASTER_PORT (default 29511):
+per node; the torch rendezvous goes to rank 0's host, on DPLAB_PORT if you set it, else
+on a free port that rank 0 picks and tells the others over MPI:
 
     srun --mpi=pmi2 -N 2 --ntasks-per-node=1 .venv/bin/python benchmarks/allreduce.py --worker
 """
@@ -25,8 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -38,15 +37,16 @@ SIZES = (971_048, 1 << 20, 1 << 24)  # the MNIST MLP gradient, 1 MiB, 16 MiB
 IMPLS = ("naive", "tree", "ring", "MPI.Allreduce", "torch gloo")
 
 
-def worker(sizes, repeats: int, port: int) -> None:
+def worker(sizes, repeats: int) -> None:
     """Run inside an MPI job: time every implementation, rank 0 prints one JSON line."""
     from mpi4py import MPI
     import torch
     import torch.distributed as dist
 
     import dplab.worker
+    from dplab.mpi import job_port
 
-    dplab.worker.init("gloo", "cpu", port)
+    dplab.worker.init("gloo", "cpu", job_port())
     comm = MPI.COMM_WORLD
     p, r = comm.Get_size(), comm.Get_rank()
     results = {}
@@ -86,14 +86,9 @@ def worker(sizes, repeats: int, port: int) -> None:
 
 def run_job(p: int, sizes, repeats: int) -> dict:
     """Launch one mpiexec job of p ranks and return its parsed result."""
-    from dplab.backend import free_port
-    from dplab.cluster import find_mpiexec
+    from dplab.mpi import run_job as run_mpi
 
-    mpiexec = find_mpiexec()
-    env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(mpiexec), os.environ.get("PATH", "")]))
-    cmd = [mpiexec, "-n", str(p), sys.executable, os.path.abspath(__file__), "--worker",
-           "--repeats", str(repeats), "--port", str(free_port()), "--sizes", *map(str, sizes)]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    out = run_mpi(__file__, p, ["--worker", "--repeats", repeats, "--sizes", *sizes], timeout=900)
     if out.returncode != 0:
         raise SystemExit(f"mpiexec -n {p} failed ({out.returncode}):\n{out.stderr[-2000:]}")
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1]
@@ -106,12 +101,11 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--port", type=int, default=int(os.environ.get("MASTER_PORT", 29511)))
     args = ap.parse_args()
     if args.worker:
-        worker(args.sizes, args.repeats, args.port)
+        worker(args.sizes, args.repeats)
         return
-    from dplab.bench import machine
+    from dplab.timing import machine
 
     print(f"all-reduce busbw, GB/s (median of {args.repeats} repeats; float32; {machine()}; "
           f"p > {os.cpu_count()} oversubscribes the cores)")

@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 import dplab
-from dplab.bench import machine
+from dplab.timing import machine
 
 
 def main() -> None:

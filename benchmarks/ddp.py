@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -58,13 +57,9 @@ def launched_by() -> str | None:
 
 def launch(args: argparse.Namespace) -> int:
     """Start this script under `mpiexec -n ranks` and return its exit status."""
-    from dplab.backend import free_port
-    from dplab.cluster import find_mpiexec
+    from dplab.mpi import run_job
 
-    env = dict(os.environ, DPLAB_PORT=str(free_port()))
-    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
-    cmd = [find_mpiexec(), "-n", str(args.ranks), sys.executable, os.path.abspath(__file__)] + sys.argv[1:]
-    return subprocess.run(cmd, env=env).returncode
+    return run_job(__file__, args.ranks, sys.argv[1:], timeout=1800, capture=False).returncode
 
 
 def join(how: str):
@@ -75,9 +70,10 @@ def join(how: str):
     want_cuda = os.environ.get("DPLAB_DEVICE", "cpu") == "cuda"
     if how == "mpi":
         from dplab import worker
+        from dplab.mpi import job_port
 
         backend = "nccl" if want_cuda else "gloo"
-        info = worker.init(backend, "cuda" if want_cuda else "cpu", int(os.environ.get("DPLAB_PORT", "29500")))
+        info = worker.init(backend, "cuda" if want_cuda else "cpu", job_port())
         return info.rank, info.world_size, torch.device(info.device)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if want_cuda:
@@ -98,7 +94,7 @@ def run(args: argparse.Namespace, how: str) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from dplab.bench import machine
+    from dplab.timing import machine
     from dplab.models import gradient_bytes
     from dplab.models import mlp
     from labcode.overlap import CAPS, WIDE_MLP, OverlapAllReduce, allreduce_gradients  # Lab 4's own code

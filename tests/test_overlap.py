@@ -1,12 +1,9 @@
 """Lab 4's overlap code (labcode.overlap): bucketing like DDP's, and gradient averaging with and without overlap."""
 import os
-import subprocess
-import sys
 
 import torch
 
-from dplab.backend import free_port
-from dplab.cluster import find_mpiexec
+from dplab.mpi import run_job
 from dplab.models import mlp
 from labcode.overlap import CAPS, WIDE_MLP, reverse_buckets
 
@@ -39,8 +36,7 @@ def test_every_cap_of_lab_4_gives_the_wide_mlp_another_bucketing():
 
 
 def test_hook_overlap_and_flat_allreduce_match_ddp_gradients_and_buckets_under_mpiexec():
-    cmd = [find_mpiexec(), "-n", "2", sys.executable, os.path.join(HERE, "mpi", "check_overlap.py"), str(free_port())]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    out = run_job(os.path.join(HERE, "mpi", "check_overlap.py"), 2, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     lines = rank_lines(out.stdout, r"rank \d+: hook \w+ ddp \w+ buckets \w+ n=\d+")
     assert lines == [f"rank {r}: hook True ddp True buckets True n=2" for r in range(2)], out.stdout + out.stderr

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from dplab.bench import machine  # noqa: E402
+from dplab.timing import machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 targets = sys.argv[1:] or ["test", "test-any-p", "book"]

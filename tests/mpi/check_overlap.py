@@ -1,15 +1,14 @@
 """Run under `mpiexec -n 2`: hook-overlap and flat all-reduce give DDP's gradients and buckets."""
-import sys
-
 import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dplab import worker
+from dplab.mpi import job_port
 from dplab.models import mlp
 from labcode.overlap import OverlapAllReduce, allreduce_gradients, ddp_bucket_bytes, reverse_buckets
 
-info = worker.init("gloo", "cpu", int(sys.argv[1]))
+info = worker.init("gloo", "cpu", job_port())
 sizes = (784, 256, 256, 256, 10)
 gen = torch.Generator().manual_seed(info.rank)
 x, y = torch.randn(16, 784, generator=gen), torch.randint(0, 10, (16,), generator=gen)

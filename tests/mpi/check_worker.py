@@ -7,8 +7,10 @@ import torch.distributed as dist
 from mpi4py import MPI
 
 from dplab import worker
+from dplab.mpi import job_port
 
-port = None if sys.argv[1] == "auto" else int(sys.argv[1])
+port = None if sys.argv[1] == "auto" else job_port()
+assert sys.argv[1] == "auto" or port is not None
 info = worker.init("gloo", "cpu", port)
 assert port is None or int(os.environ["MASTER_PORT"]) == port
 comm = MPI.COMM_WORLD

@@ -1,0 +1,49 @@
+"""Launch a Python script as an MPI job from Python: one way, for benchmarks and tests.
+
+One port policy: the launcher picks a free port and hands it to every rank in DPLAB_PORT,
+where `job_port()` reads it for `dplab.worker.init`. A job launched some other way (srun,
+a hand-typed mpiexec) has no DPLAB_PORT unless you set one, and then rank 0 picks a free
+port itself and tells the others over MPI.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from .backend import free_port
+from .cluster import find_mpiexec
+
+
+def job_port() -> int | None:
+    """The rendezvous port of this job (DPLAB_PORT), or None to let rank 0 pick one."""
+    raw = os.environ.get("DPLAB_PORT")
+    if not raw:
+        return None
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise ValueError(f"DPLAB_PORT={raw!r} is not a port number: set 1..65535 or unset it")
+    return int(raw)
+
+
+def run_job(script: str | os.PathLike, p: int, args=(), *, timeout: float, capture: bool = True,
+            env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run `mpiexec -n p python script *args` on a fresh free port; kill the whole job after timeout s.
+
+    With capture=False the job's output goes straight to this process's stdout and stderr.
+    """
+    env = dict(os.environ if env is None else env, DPLAB_PORT=str(free_port()))
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    cmd = [find_mpiexec(), "-n", str(p), sys.executable, str(Path(script)), *map(str, args)]
+    pipe = subprocess.PIPE if capture else None
+    # A session of its own, so that a timeout kills mpiexec and every rank it started.
+    proc = subprocess.Popen(cmd, env=env, stdout=pipe, stderr=pipe, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise TimeoutError(f"mpiexec -n {p} {Path(script).name} did not finish in {timeout:g} s; "
+                           "its processes were killed") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

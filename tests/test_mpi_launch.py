@@ -1,0 +1,39 @@
+"""dplab.mpi: one launcher for MPI jobs, its port policy, and no job left behind after a timeout."""
+import time
+
+import pytest
+
+from dplab.mpi import job_port, run_job
+
+from conftest import descendants, wait_until_gone
+
+
+def test_every_rank_gets_the_same_free_port_in_dplab_port(tmp_path):
+    script = tmp_path / "port.py"
+    script.write_text("import os\nfrom mpi4py import MPI\n"
+                      "print(MPI.COMM_WORLD.Get_rank(), os.environ['DPLAB_PORT'], flush=True)\n")
+    out = run_job(script, 2, timeout=60)
+    assert out.returncode == 0, out.stderr
+    ports = {line.split()[1] for line in out.stdout.splitlines() if line.strip()}
+    assert len(ports) == 1 and 0 < int(ports.pop()) < 65536
+
+
+def test_a_job_past_its_timeout_is_killed_with_every_rank(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text("import time\nfrom mpi4py import MPI\nMPI.COMM_WORLD.Barrier()\ntime.sleep(600)\n")
+    before = descendants()
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not finish in 5 s; its processes were killed"):
+        run_job(script, 2, timeout=5)
+    assert time.monotonic() - t0 < 30
+    assert wait_until_gone(descendants() - before) == set()
+
+
+def test_job_port_reads_dplab_port_and_refuses_nonsense(monkeypatch):
+    monkeypatch.delenv("DPLAB_PORT", raising=False)
+    assert job_port() is None
+    monkeypatch.setenv("DPLAB_PORT", "29555")
+    assert job_port() == 29555
+    monkeypatch.setenv("DPLAB_PORT", "http")
+    with pytest.raises(ValueError, match="DPLAB_PORT='http' is not a port number"):
+        job_port()
