@@ -47,20 +47,20 @@ def find_mpiexec() -> str:
     return exe
 
 
-def _engine_count(n: int | str | None) -> int:
+def _engine_count(p: int | str | None) -> int:
     """Validate the engine count from the argument or DPLAB_ENGINES."""
-    raw = n if n is not None else os.environ.get("DPLAB_ENGINES", DEFAULT_ENGINES)
+    raw = p if p is not None else os.environ.get("DPLAB_ENGINES", DEFAULT_ENGINES)
     try:
         count = int(raw)
         if isinstance(raw, float) and raw != count:
             raise ValueError
     except (TypeError, ValueError):
-        raise ClusterError(f"engine count must be a whole number, got {raw!r}: set n= or DPLAB_ENGINES") from None
+        raise ClusterError(f"engine count must be a whole number, got {raw!r}: set p= or DPLAB_ENGINES") from None
     cap = max_engines()
     if not 1 <= count <= cap:
         raise ClusterError(
             f"engine count {count} is outside 1..{cap} (four per core on this {os.cpu_count()}-core machine): "
-            "set n= or DPLAB_ENGINES to a value in that range"
+            "set p= or DPLAB_ENGINES to a value in that range"
         )
     return count
 
@@ -86,7 +86,7 @@ def _thread_count(threads: int | str | None) -> int | None:
 class Settings:
     """Everything decided before any process starts."""
 
-    n: int
+    p: int  # ranks: one engine each
     backend: str
     device: str
     port: int | None  # None: rank 0 binds port 0 and the OS picks a free one
@@ -95,14 +95,14 @@ class Settings:
 
 
 def resolve(
-    n: int | None = None,
+    p: int | None = None,
     backend: str | None = None,
     device: str | None = None,
     port: int | None = None,
     threads: int | None = None,
 ) -> Settings:
     """Check every request and decide the settings; raises before anything starts."""
-    count = _engine_count(n)
+    count = _engine_count(p)
     n_threads = _thread_count(threads)
     mpiexec = find_mpiexec()
     backend = backend or os.environ.get("DPLAB_BACKEND") or None
@@ -188,7 +188,7 @@ class Cluster:
         cfg.MPILauncher.mpi_cmd = [s.mpiexec]
         self._cluster = ipp.Cluster(
             engines="mpi",
-            n=s.n,
+            n=s.p,  # ipyparallel's name for the engine count
             log_level=40,
             controller_args=["--HeartMonitor.period=500"],
             config=cfg,
@@ -200,7 +200,7 @@ class Cluster:
             self._cluster.start_cluster_sync()
             self.client = self._cluster.connect_client_sync()
             # interactive=False: no progress bar, so notebook output is the same every run
-            self.client.wait_for_engines(s.n, timeout=START_TIMEOUT_S, interactive=False)
+            self.client.wait_for_engines(s.p, timeout=START_TIMEOUT_S, interactive=False)
             self.view = self.client[:]
             self.view.block = True
             self.engines_seconds = time.perf_counter() - t0
@@ -278,24 +278,24 @@ class Cluster:
     def __repr__(self) -> str:
         s = self.settings
         state = "running" if self.running else "stopped"
-        return f"<Cluster {state}: {s.n} MPI engines, backend={s.backend}, device={s.device}>"
+        return f"<Cluster {state}: {s.p} MPI engines, backend={s.backend}, device={s.device}>"
 
 
 def start_cluster(
-    n: int | None = None,
+    p: int | None = None,
     backend: str | None = None,
     device: str | None = None,
     port: int | None = None,
     init_torch: bool = True,
     threads: int | None = None,
 ) -> Cluster:
-    """Start n MPI-rank engines, join them in a torch process group, and return the handle.
+    """Start p engines that are MPI ranks, join them in a torch process group, and return the handle.
 
     Any cluster this process started before is stopped first. Use the handle as a
     context manager, or call ``.stop()``; it also stops at interpreter exit.
     """
     global _running
-    settings = resolve(n, backend, device, port, threads)
+    settings = resolve(p, backend, device, port, threads)
     if _running is not None:
         _running.stop()
     cluster = Cluster(settings, init_torch=init_torch).start()

@@ -71,7 +71,7 @@ def test_environment_overrides_count_backend_device_and_port(monkeypatch):
     monkeypatch.setenv("DPLAB_BACKEND", "nccl")
     monkeypatch.setenv("DPLAB_PORT", str(port))
     s = resolve()
-    assert (s.n, s.backend, s.device, s.port) == (8, "nccl", "cuda", port)
+    assert (s.p, s.backend, s.device, s.port) == (8, "nccl", "cuda", port)
     monkeypatch.setenv("DPLAB_DEVICE", "cpu")
     monkeypatch.delenv("DPLAB_BACKEND")
     assert (resolve().backend, resolve().device) == ("gloo", "cpu")
@@ -85,29 +85,29 @@ def test_bad_thread_count_from_environment_is_refused_before_start(threads, monk
 
 
 def test_thread_count_comes_from_argument_then_environment(monkeypatch):
-    assert resolve(n=1).threads is None
+    assert resolve(p=1).threads is None
     monkeypatch.setenv("DPLAB_THREADS", "3")
-    assert resolve(n=1).threads == 3
-    assert resolve(n=1, threads=2).threads == 2
+    assert resolve(p=1).threads == 3
+    assert resolve(p=1, threads=2).threads == 2
 
 
 def test_arguments_beat_environment(monkeypatch):
     monkeypatch.setenv("DPLAB_ENGINES", "3")
-    assert resolve(n=2).n == 2
-    assert resolve().n == 3
+    assert resolve(p=2).p == 2
+    assert resolve().p == 3
 
 
 def test_default_is_four_engines_on_gloo_without_gpus(monkeypatch):
     monkeypatch.setattr(backend, "count_gpus", lambda: 0)
     s = resolve()
-    assert (s.n, s.backend, s.device) == (4, "gloo", "cpu")
+    assert (s.p, s.backend, s.device) == (4, "gloo", "cpu")
 
 
 def test_port_is_left_to_rank_0_unless_requested(monkeypatch):
-    assert resolve(n=1).port is None
+    assert resolve(p=1).port is None
     monkeypatch.setenv("DPLAB_PORT", "not-a-port")
     with pytest.raises(ClusterError, match="DPLAB_PORT"):
-        resolve(n=1)
+        resolve(p=1)
 
 
 def test_two_clusters_at_once_get_different_ports(tmp_path):
@@ -194,7 +194,7 @@ def test_error_inside_with_block_still_stops_everything():
 
 def test_failure_while_joining_the_process_group_leaves_nothing_running():
     before = descendants()
-    bad = cluster.Settings(n=2, backend="nccl", device="cuda", port=None, mpiexec=cluster.find_mpiexec())
+    bad = cluster.Settings(p=2, backend="nccl", device="cuda", port=None, mpiexec=cluster.find_mpiexec())
     c = cluster.Cluster(bad)
     with pytest.raises(Exception, match="GPU"):
         c.start()

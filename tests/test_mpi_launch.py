@@ -1,4 +1,5 @@
 """dplab.mpi: one launcher for MPI jobs, its port policy, and no job left behind after a timeout."""
+import re
 import time
 
 import pytest
@@ -11,10 +12,12 @@ from conftest import descendants, wait_until_gone
 def test_every_rank_gets_the_same_free_port_in_dplab_port(tmp_path):
     script = tmp_path / "port.py"
     script.write_text("import os\nfrom mpi4py import MPI\n"
-                      "print(MPI.COMM_WORLD.Get_rank(), os.environ['DPLAB_PORT'], flush=True)\n")
+                      "print(f'rank {MPI.COMM_WORLD.Get_rank()} port {os.environ[\"DPLAB_PORT\"]};', flush=True)\n")
     out = run_job(script, 2, timeout=60)
     assert out.returncode == 0, out.stderr
-    ports = {line.split()[1] for line in out.stdout.splitlines() if line.strip()}
+    found = re.findall(r"rank (\d) port (\d+);", out.stdout)  # the ranks' lines may arrive glued together
+    assert sorted(r for r, _ in found) == ["0", "1"], out.stdout
+    ports = {port for _, port in found}
     assert len(ports) == 1 and 0 < int(ports.pop()) < 65536
 
 
