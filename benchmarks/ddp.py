@@ -95,8 +95,7 @@ def run(args: argparse.Namespace, how: str) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from dplab.timing import machine
-    from dplab.models import gradient_bytes
-    from dplab.models import mlp
+    from dplab.models import gradient_bytes, mlp
     from labcode.overlap import CAPS, WIDE_MLP, OverlapAllReduce, allreduce_gradients  # Lab 4's own code
 
     rank, world_size, device = join(how)

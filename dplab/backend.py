@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import socket
 from dataclasses import dataclass
 
@@ -81,6 +82,16 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def job_port() -> int | None:
+    """The rendezvous port in DPLAB_PORT, or None (unset or empty) to let rank 0 pick one."""
+    raw = os.environ.get("DPLAB_PORT")
+    if not raw:
+        return None
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise ValueError(f"DPLAB_PORT={raw!r} is not a port number: set 1..65535 or unset it")
+    return int(raw)
 
 
 def check_port_free(port: int, host: str = "127.0.0.1") -> None:

