@@ -1,13 +1,5 @@
 """dplab: the lab kit of the data-parallel training book."""
-from .backend import BackendError, PortInUseError, choose_backend, free_port
+from .backend import BackendError, PortInUseError
 from .cluster import Cluster, ClusterError, start_cluster
 
-__all__ = [
-    "BackendError",
-    "Cluster",
-    "ClusterError",
-    "PortInUseError",
-    "choose_backend",
-    "free_port",
-    "start_cluster",
-]
+__all__ = ["BackendError", "Cluster", "ClusterError", "PortInUseError", "start_cluster"]

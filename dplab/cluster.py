@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from . import backend as _backend
+from . import engine as _engine
 
 DEFAULT_ENGINES = 4
 START_TIMEOUT_S = 120
@@ -161,7 +162,7 @@ def _shutdown_engines(client, finalize: bool) -> None:
     """Leave the process group, then ask every engine to exit."""
     try:
         if finalize:
-            client[:].execute("import dplab.worker as _w; _w.finalize()", block=True)
+            client[:].apply_sync(_engine.finalize)
         client.shutdown(targets="all", block=True)
     except Exception:
         pass
@@ -177,6 +178,7 @@ class Cluster:
         self.client = None
         self.view = None
         self.engines_seconds = self.start_seconds = float("nan")
+        self.ranks: list = []  # one dplab.engine.RankInfo per rank, in rank order, once joined
         self.port: int | None = settings.port  # the rendezvous port actually used, once joined
 
     # -- life cycle ---------------------------------------------------------
@@ -217,16 +219,15 @@ class Cluster:
         return self
 
     def _init_ranks(self) -> None:
-        """Join the torch process group and define rank, world_size, local_rank, device."""
+        """Apply engine.setup on every engine, keep the records, and bind ENGINE_NAMES on each engine."""
         s = self.settings
-        self.view.execute(
-            "import dplab.worker as _dplab_worker\n"
-            f"_dplab_info = _dplab_worker.init({s.backend!r}, {s.device!r}, {s.port}, threads={s.threads})\n"
-            "rank, world_size, local_rank, device = (_dplab_info.rank, _dplab_info.world_size, "
-            "_dplab_info.local_rank, _dplab_info.device)\n"
-            "del _dplab_worker, _dplab_info\n"
-        )
-        self.port = int(self.client[0].apply_sync(os.getenv, "MASTER_PORT"))
+        infos = self.view.apply_sync(_engine.setup, s.backend, s.device, s.port, s.threads)
+        for engine_id, info in zip(self.view.targets, infos):
+            if engine_id != info.rank:  # the labs index pulled lists by rank
+                raise ClusterError(f"engine {engine_id} is MPI rank {info.rank}: restart the cluster")
+            self.client[engine_id].push(info.engine_names(), block=True)
+        self.ranks = infos
+        self.port = infos[0].port
 
     def _activate_magics(self) -> None:
         """Make %%px block and print every rank's output at once, in rank order."""

@@ -1,7 +1,7 @@
 """Launch a Python script as an MPI job from Python: one way, for benchmarks and tests.
 
 One port policy: the launcher picks a free port and hands it to every rank in DPLAB_PORT,
-where `job_port()` reads it for `dplab.worker.init`. A job launched some other way (srun,
+where `job_port()` reads it for `dplab.engine.setup`. A job launched some other way (srun,
 a hand-typed mpiexec) has no DPLAB_PORT unless you set one, and then rank 0 picks a free
 port itself and tells the others over MPI.
 """

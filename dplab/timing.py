@@ -8,16 +8,42 @@ from typing import Callable
 import numpy as np
 
 
+def interleaved(
+    fns: dict[str, Callable[[], object]],
+    repeats: int,
+    warmup: int = 1,
+    before: Callable[[str], object] | None = None,
+    after: Callable[[str], object] | None = None,
+    sync: Callable[[], object] | None = None,
+) -> dict[str, np.ndarray]:
+    """Time every fn once per repeat, in turn, so that all of them see the same load on the machine.
+
+    before(name) runs untimed before each call (reset the input, then a barrier so that every
+    rank starts together); sync() runs timed after it (torch.cuda.synchronize: a GPU call
+    returns before its work is done); after(name) runs untimed (check the result). The first
+    `warmup` rounds are not kept. Returns name -> seconds of each repeat on this process; a
+    multi-rank caller takes the max over ranks itself (a step is as slow as its slowest rank).
+    """
+    out = {name: np.empty(repeats) for name in fns}
+    for i in range(-warmup, repeats):
+        for name, fn in fns.items():
+            if before is not None:
+                before(name)
+            t0 = time.perf_counter()
+            fn()
+            if sync is not None:
+                sync()
+            dt = time.perf_counter() - t0
+            if after is not None:
+                after(name)
+            if i >= 0:
+                out[name][i] = dt
+    return out
+
+
 def time_repeats(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> np.ndarray:
     """Call fn warmup + repeats times and return the repeats' wall times in seconds."""
-    for _ in range(warmup):
-        fn()
-    out = np.empty(repeats)
-    for i in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out[i] = time.perf_counter() - t0
-    return out
+    return interleaved({"fn": fn}, repeats, warmup)["fn"]
 
 
 def median(samples) -> float:

@@ -176,7 +176,12 @@ def test_cluster_ranks_join_one_process_group_and_stop_cleanly():
         assert [t.tolist() for t in c.view["t"]] == [expected] * 2
         assert c.view["world_size"] == [2, 2]
         assert c.view["local_rank"] == [0, 1]
-        assert c.view["device"] == ["cpu", "cpu"]
+        # the names on the engines are their RankInfo records, which the client keeps
+        assert c.view["device"] == [torch.device("cpu")] * 2
+        assert [i.engine_names() for i in c.ranks] == [
+            {"rank": r, "world_size": 2, "local_rank": r, "device": torch.device("cpu")} for r in range(2)
+        ]
+        assert {(i.port, i.host) for i in c.ranks} == {(c.port, socket.gethostname())}
     assert not c.running
     assert wait_until_gone(descendants() - before) == set()
     assert cluster_processes(cid) == []

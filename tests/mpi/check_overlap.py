@@ -3,12 +3,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dplab import worker
+from dplab import engine
 from dplab.mpi import job_port
 from dplab.models import mlp
 from labcode.overlap import OverlapAllReduce, allreduce_gradients, ddp_bucket_bytes, reverse_buckets
 
-info = worker.init("gloo", "cpu", job_port())
+info = engine.setup("gloo", "cpu", job_port())
 sizes = (784, 256, 256, 256, 10)
 gen = torch.Generator().manual_seed(info.rank)
 x, y = torch.randn(16, 784, generator=gen), torch.randint(0, 10, (16,), generator=gen)
@@ -38,4 +38,4 @@ hand_sizes = [sum(p.numel() * 4 for p in b) for b in reverse_buckets(list(ddp.mo
 d_hook = (g_hook - g_after).abs().max().item()
 d_ddp = (g_ddp - g_after).abs().max().item()
 print(f"rank {info.rank}: hook {d_hook <= 1e-6} ddp {d_ddp <= 1e-6} buckets {ddp_sizes == hand_sizes} n={len(hand_sizes)}")
-worker.finalize()
+engine.finalize()

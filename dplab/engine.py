@@ -1,13 +1,29 @@
-"""Engine-side set-up: runs inside each MPI rank to join the torch process group."""
+"""Engine-side set-up: runs inside each MPI rank to join the torch process group.
+
+`setup()` is what the client applies on every engine (`Cluster.start`) and what a script
+launched by mpiexec calls itself (benchmarks, tests). It returns one `RankInfo` per rank;
+the client keeps them in `cluster.ranks`, and binds the names in `ENGINE_NAMES` in each
+engine's namespace from that rank's record. Those names are the only ones the labs find
+already defined on the engines:
+
+    rank        this process's rank, 0 .. world_size - 1 (the engine id is the rank)
+    world_size  p, the number of ranks
+    local_rank  rank among the ranks on this node (picks the GPU)
+    device      a torch.device: torch.device("cpu") or torch.device("cuda", local GPU index)
+"""
 from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 #: How long a rank waits for the others in the rendezvous and in any collective.
 TIMEOUT_S = 120
+
+
+#: The names `Cluster` defines on every engine, from that rank's RankInfo.
+ENGINE_NAMES = ("rank", "world_size", "local_rank", "device")
 
 
 @dataclass(frozen=True)
@@ -17,7 +33,13 @@ class RankInfo:
     rank: int
     world_size: int
     local_rank: int
-    device: str
+    device: "torch.device"  # noqa: F821 - torch is imported on the engines, not by `import dplab`
+    port: int  # the rendezvous (MASTER_PORT) of the process group
+    host: str  # this rank's host name
+
+    def engine_names(self) -> dict:
+        """The values of ENGINE_NAMES for this rank."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name in ENGINE_NAMES}
 
 
 def _node_rank_and_size(comm) -> tuple[int, int]:
@@ -31,9 +53,8 @@ def _node_rank_and_size(comm) -> tuple[int, int]:
         node.Free()
 
 
-def _master_addr(comm) -> str:
+def _master_addr(hosts: list[str]) -> str:
     """Loopback when every rank is on one node, else rank 0's host name."""
-    hosts = comm.allgather(socket.gethostname())
     return "127.0.0.1" if len(set(hosts)) == 1 else hosts[0]
 
 
@@ -52,13 +73,17 @@ def _gpu_for(rank: int, local_rank: int, backend: str) -> tuple[int | None, str 
     return local_rank % n_gpus, None
 
 
-def init(
+def setup(
     backend: str,
     device: str,
     port: int | None = None,
     threads: int | None = None,
 ) -> RankInfo:
-    """Join every MPI rank in one torch process group; port None lets rank 0's OS pick a free one."""
+    """Join every MPI rank in one torch process group on `device` ("cpu" or "cuda").
+
+    port None lets rank 0's OS pick a free one. threads: torch threads per rank (default:
+    this node's cores shared among its ranks).
+    """
     from datetime import timedelta
 
     from mpi4py import MPI
@@ -75,13 +100,14 @@ def init(
     problems = [p for p in comm.allgather(problem) if p]
     if problems:
         raise RuntimeError("; ".join(problems))
-    dev = "cpu" if gpu is None else f"cuda:{gpu}"
+    dev = torch.device("cpu") if gpu is None else torch.device("cuda", gpu)
     if gpu is not None:
         torch.cuda.set_device(gpu)
     if dist.is_initialized():
         dist.destroy_process_group()
 
-    addr = _master_addr(comm)
+    host = socket.gethostname()
+    addr = _master_addr(comm.allgather(host))
     timeout = timedelta(seconds=TIMEOUT_S)
     store = None
     if rank == 0:  # port 0: the OS picks a port nobody holds, so concurrent clusters never collide
@@ -93,9 +119,9 @@ def init(
     os.environ.update(
         MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local_rank)
     )
-    kwargs = {"device_id": torch.device(dev)} if backend == "nccl" else {}
+    kwargs = {"device_id": dev} if backend == "nccl" else {}
     dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout, **kwargs)
-    return RankInfo(rank, size, local_rank, dev)
+    return RankInfo(rank, size, local_rank, dev, port, host)
 
 
 def finalize() -> None:

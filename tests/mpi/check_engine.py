@@ -1,18 +1,22 @@
-"""Run under `mpiexec -n P`: each rank joins via dplab.worker.init and checks an all-reduce."""
+"""Run under `mpiexec -n P`: each rank joins via dplab.engine.setup, checks its RankInfo and an all-reduce."""
 import os
+import socket
 import sys
 
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
-from dplab import worker
+from dplab import engine
 from dplab.mpi import job_port
 
 port = None if sys.argv[1] == "auto" else job_port()
 assert sys.argv[1] == "auto" or port is not None
-info = worker.init("gloo", "cpu", port)
-assert port is None or int(os.environ["MASTER_PORT"]) == port
+info = engine.setup("gloo", "cpu", port)
+assert port is None or info.port == port
+assert info.port == int(os.environ["MASTER_PORT"]) == MPI.COMM_WORLD.bcast(info.port)  # rank 0's, on every rank
+assert info.host == socket.gethostname() and info.device == torch.device("cpu")
+assert info.engine_names() == {"rank": info.rank, "world_size": info.world_size, "local_rank": info.local_rank, "device": info.device}
 comm = MPI.COMM_WORLD
 assert info.rank == comm.Get_rank() == dist.get_rank() == int(os.environ["RANK"])
 assert info.world_size == comm.Get_size() == dist.get_world_size() == int(os.environ["WORLD_SIZE"])
@@ -22,4 +26,4 @@ dist.all_reduce(t)
 mpi_sum = comm.allreduce((torch.arange(2) + 1 + 2 * info.rank).numpy())
 assert t.tolist() == mpi_sum.tolist(), (t, mpi_sum)
 print(f"rank {info.rank}/{info.world_size}: {t.tolist()}", flush=True)
-worker.finalize()
+engine.finalize()

@@ -1,0 +1,27 @@
+"""dplab.timing: the interleaved loop that labs and benchmarks share."""
+import time
+
+from dplab.timing import interleaved, time_repeats
+
+
+def test_interleaved_takes_turns_and_keeps_only_timed_repeats():
+    calls = []
+    fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    out = interleaved(fns, repeats=3, warmup=2, before=lambda k: calls.append(f"before {k}"),
+                      after=lambda k: calls.append(f"after {k}"))
+    assert calls == ["before a", "a", "after a", "before b", "b", "after b"] * 5
+    assert {k: v.shape for k, v in out.items()} == {"a": (3,), "b": (3,)}
+
+
+def test_before_and_after_are_not_timed_but_sync_is():
+    nap = 0.05
+    out = interleaved({"f": lambda: None}, repeats=3, warmup=0,
+                      before=lambda k: time.sleep(nap), after=lambda k: time.sleep(nap))
+    assert out["f"].max() < nap
+    out = interleaved({"f": lambda: None}, repeats=3, warmup=0, sync=lambda: time.sleep(nap))
+    assert out["f"].min() >= nap
+
+
+def test_time_repeats_times_one_function():
+    t = time_repeats(lambda: time.sleep(0.01), repeats=4, warmup=1)
+    assert t.shape == (4,) and t.min() >= 0.01
