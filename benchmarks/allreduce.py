@@ -26,11 +26,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
 import numpy as np
 
-from dplab.costmodel import busbw
+from labcode.costmodel import busbw  # Lab 3's own code
 from labcode.allreduce import allreduce_naive, allreduce_ring, allreduce_tree  # Lab 3's own code
 
 SIZES = (971_048, 1 << 20, 1 << 24)  # the MNIST MLP gradient, 1 MiB, 16 MiB
@@ -43,10 +42,11 @@ def worker(sizes, repeats: int) -> None:
     import torch
     import torch.distributed as dist
 
-    import dplab.worker
+    from dplab import engine
     from dplab.mpi import job_port
+    from dplab.timing import interleaved
 
-    dplab.worker.init("gloo", "cpu", job_port())
+    engine.setup("gloo", "cpu", job_port())
     comm = MPI.COMM_WORLD
     p, r = comm.Get_size(), comm.Get_rank()
     results = {}
@@ -62,26 +62,23 @@ def worker(sizes, repeats: int) -> None:
             "MPI.Allreduce": lambda: comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM),
             "torch gloo": lambda: dist.all_reduce(t),
         }
-        reps = repeats if n <= (1 << 22) else max(5, repeats // 2)
-        times = {k: np.empty(reps) for k in IMPLS}
-        for k in IMPLS:  # warm-up and a correctness check of each
+
+        def reset(name: str) -> None:
             x.fill(r + 1)
-            fns[k]()
-            assert np.all(x == want), f"{k} gave a wrong sum at n={n}"
-        for i in range(reps):
-            for k in IMPLS:
-                x.fill(r + 1)
-                comm.Barrier()
-                t0 = time.perf_counter()
-                fns[k]()
-                times[k][i] = time.perf_counter() - t0
+            comm.Barrier()
+
+        def check(name: str) -> None:
+            assert np.all(x == want), f"{name} gave a wrong sum at n={n}"
+
+        reps = repeats if n <= (1 << 22) else max(5, repeats // 2)
+        times = interleaved(fns, reps, warmup=1, before=reset, after=check)
         for k in IMPLS:
             slowest = np.empty(reps)
             comm.Allreduce(times[k], slowest, op=MPI.MAX)
             results.setdefault(str(n), {})[k] = float(np.median(slowest))
     if r == 0:
         print(json.dumps({"p": p, "seconds": results}), flush=True)
-    dplab.worker.finalize()
+    engine.finalize()
 
 
 def run_job(p: int, sizes, repeats: int) -> dict:

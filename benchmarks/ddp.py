@@ -18,13 +18,13 @@ several buckets (caps of 1 to 25 MiB; at 50 MiB the 39 MiB of gradients form one
 which cannot overlap), and a per-rank batch large enough that backward takes about as long
 as the all-reduce (B = 64 here). Oversubscribed cores (p > cores) hide nothing.
 
-Launch recipes (from the repository root, with the venv's bin/ on PATH):
+The training step is Lab 4's `make_step` and the timing loop is `dplab.timing.interleaved`,
+the one the lab uses. Launch recipes (from the repository root, with the venv's bin/ on PATH):
 
     python benchmarks/ddp.py                        # starts `mpiexec -n 2` itself, gloo on CPU
     python benchmarks/ddp.py --ranks 4 --batch 128  # other p or per-rank batch B
     mpiexec -n 2 python benchmarks/ddp.py           # launch the ranks yourself (MPI)
-    torchrun --standalone --nproc-per-node 2 benchmarks/ddp.py   # launch with torchrun
-    DPLAB_DEVICE=cuda torchrun --standalone --nproc-per-node 2 benchmarks/ddp.py  # NCCL, one GPU per rank
+    DPLAB_DEVICE=cuda python benchmarks/ddp.py      # NCCL, one GPU per rank
 
 """
 from __future__ import annotations
@@ -33,7 +33,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -46,13 +45,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def launched_by() -> str | None:
-    """'torchrun' or 'mpi' when this process is one rank of a job, else None."""
-    if "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "MASTER_PORT" in os.environ):
-        return "torchrun"
-    if any(k in os.environ for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")):
-        return "mpi"
-    return None
+def launched_by_mpi() -> bool:
+    """True when this process is one rank of an MPI job (mpiexec or srun)."""
+    return any(k in os.environ for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"))
 
 
 def launch(args: argparse.Namespace) -> int:
@@ -62,87 +57,38 @@ def launch(args: argparse.Namespace) -> int:
     return run_job(__file__, args.ranks, sys.argv[1:], timeout=1800, capture=False).returncode
 
 
-def join(how: str):
-    """Join the process group; return (rank, world_size, device)."""
-    import torch
-    import torch.distributed as dist
-
-    want_cuda = os.environ.get("DPLAB_DEVICE", "cpu") == "cuda"
-    if how == "mpi":
-        from dplab import worker
-        from dplab.mpi import job_port
-
-        backend = "nccl" if want_cuda else "gloo"
-        info = worker.init(backend, "cuda" if want_cuda else "cpu", job_port())
-        return info.rank, info.world_size, torch.device(info.device)
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if want_cuda:
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-        dist.init_process_group("nccl", device_id=device)
-    else:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
-        device = torch.device("cpu")
-        dist.init_process_group("gloo")
-    return dist.get_rank(), dist.get_world_size(), device
-
-
-def run(args: argparse.Namespace, how: str) -> None:
+def run(args: argparse.Namespace) -> None:
     """Time every configuration on every rank; rank 0 prints the table."""
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from dplab.timing import machine
+    from dplab import engine
+    from dplab.mpi import job_port
+    from dplab.timing import interleaved, machine
     from dplab.models import gradient_bytes, mlp
-    from labcode.overlap import CAPS, WIDE_MLP, OverlapAllReduce, allreduce_gradients  # Lab 4's own code
+    from labcode.overlap import CAPS, WIDE_MLP, make_step  # Lab 4's own code
 
-    rank, world_size, device = join(how)
+    cuda = os.environ.get("DPLAB_DEVICE", "cpu") == "cuda"
+    info = engine.setup("nccl" if cuda else "gloo", "cuda" if cuda else "cpu", job_port())
+    rank, world_size, device = info.rank, info.world_size, info.device
     gen = torch.Generator().manual_seed(1000 + rank)
     x = torch.randn(args.batch, 784, generator=gen).to(device)
     y = torch.randint(0, 10, (args.batch,), generator=gen).to(device)
-    ids = [device.index] if device.type == "cuda" else None
 
-    def make(kind: str, cap: int | None):
-        model = mlp(sizes=WIDE_MLP).to(device)
-        if kind == "ddp":
-            model = DDP(model, device_ids=ids, bucket_cap_mb=cap)
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        hooks = OverlapAllReduce(model, cap) if kind == "hook" else None
+    kinds = {"compute only": ("none", None), "no overlap": ("after", None)}
+    kinds.update({f"hook overlap {c} MiB": ("hook", c) for c in CAPS})
+    kinds.update({f"DDP bucket_cap_mb={c}": ("ddp", c) for c in CAPS})
+    configs = {name: make_step(kind, x, y, device, cap)[1] for name, (kind, cap) in kinds.items()}
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
 
-        def step() -> None:
-            opt.zero_grad(set_to_none=True)
-            torch.nn.functional.cross_entropy(model(x), y).backward()
-            if kind == "after":
-                allreduce_gradients(model)
-            elif kind == "hook":
-                hooks.wait()
-            opt.step()
+    def start(name: str) -> None:  # untimed: every rank starts together, the GPU idle
+        dist.barrier()
+        if sync:
+            sync()
 
-        return step
-
-    configs = {"compute only": make("none", None), "no overlap": make("after", None)}
-    configs.update({f"hook overlap {c} MiB": make("hook", c) for c in CAPS})
-    configs.update({f"DDP bucket_cap_mb={c}": make("ddp", c) for c in CAPS})
-    for step in configs.values():
-        for _ in range(args.warmup):
-            step()
-    times = {name: [] for name in configs}
-    for _ in range(args.repeats):
-        for name, step in configs.items():
-            dist.barrier()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            step()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            times[name].append(time.perf_counter() - t0)
+    times = interleaved(configs, args.repeats, warmup=args.warmup, before=start, sync=sync)
     # A step is as slow as its slowest rank: take the max over ranks, then the median over repeats.
-    table = torch.tensor([times[name] for name in configs], dtype=torch.float64)
-    if device.type == "cuda":
-        table = table.to(device)
+    table = torch.tensor([times[name].tolist() for name in configs], dtype=torch.float64, device=device)
     dist.all_reduce(table, op=dist.ReduceOp.MAX)
     med = {name: statistics.median(row) for name, row in zip(configs, table.cpu().tolist())}
     if rank == 0:
@@ -170,10 +116,9 @@ def run(args: argparse.Namespace, how: str) -> None:
 def main(argv=None) -> int:
     """Launch the ranks, or be one of them."""
     args = parse_args(argv)
-    how = launched_by()
-    if how is None:
+    if not launched_by_mpi():
         return launch(args)
-    run(args, how)
+    run(args)
     return 0
 
 

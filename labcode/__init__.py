@@ -1,5 +1,6 @@
 """The code the labs teach, exported from their cells by tools/export_labs.py: do not edit.
 
 - `labcode.allreduce`: from labs/03_allreduce_algorithms.ipynb
+- `labcode.costmodel`: from labs/03_allreduce_algorithms.ipynb
 - `labcode.overlap`: from labs/04_ddp.ipynb
 """

@@ -5,6 +5,9 @@ Change the lab, then run `python tools/export_labs.py`; a test fails while the t
 import functools
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
+from dplab.models import mlp
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 # From labs/04_ddp.ipynb, section "1. DDP against one process and against a hand-written all-reduce".
@@ -79,3 +82,25 @@ class OverlapAllReduce:
 
 # From labs/04_ddp.ipynb, section "Measure: what overlap buys".
 CAPS = (1, 5, 10, 25, 50)
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+def make_step(kind, x, y, device, cap=None, group=None):
+    # One SGD step of the wide MLP on (x, y): kind "none" (no communication), "after" (all-reduce
+    # after backward), "hook" (OverlapAllReduce) or "ddp" (DDP). Returns the model and the step.
+    model = mlp(sizes=WIDE_MLP).to(device)
+    if kind == "ddp":
+        ids = [device.index] if device.type == "cuda" else None
+        model = DDP(model, device_ids=ids, bucket_cap_mb=cap, process_group=group)
+    overlap = OverlapAllReduce(model, cap, group) if kind == "hook" else None
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        if kind == "after":
+            allreduce_gradients(model, group)       # no overlap: step 1's function
+        elif kind == "hook":
+            overlap.wait()
+        opt.step()
+    return model, step

@@ -10,30 +10,47 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from dplab.localcomm import run_ranks
 from dplab.plots import use_book_style
+from labcode.allreduce import allreduce_ring
 
 P = 4
 
 
+class Recorder:
+    """Forwards to a LocalComm and keeps a copy of this rank's x at the start of every Sendrecv."""
+
+    def __init__(self, comm, x: np.ndarray):
+        self.comm, self.x, self.states = comm, x, []
+
+    def Get_rank(self) -> int:
+        return self.comm.Get_rank()
+
+    def Get_size(self) -> int:
+        return self.comm.Get_size()
+
+    def Sendrecv(self, sendbuf, dest, recvbuf, source) -> None:
+        self.states.append(self.x.copy())
+        self.comm.Sendrecv(sendbuf, dest=dest, recvbuf=recvbuf, source=source)
+
+
 def ring_states(p: int) -> list[tuple[str, np.ndarray]]:
-    """After each step: for rank r and chunk c, how many ranks' contributions r holds."""
-    have = np.ones((p, p), dtype=int)
-    out = [("start", have.copy())]
-    for s in range(p - 1):  # reduce-scatter: r sends chunk r-s to r+1, which adds it
-        new = have.copy()
-        for r in range(p):
-            c = (r - s) % p
-            new[(r + 1) % p, c] = have[(r + 1) % p, c] + have[r, c]
-        have = new
-        out.append((f"reduce-scatter {s + 1}", have.copy()))
-    for s in range(p - 1):  # all-gather: r sends finished chunk r+1-s to r+1, which copies it
-        new = have.copy()
-        for r in range(p):
-            c = (r + 1 - s) % p
-            new[(r + 1) % p, c] = have[r, c]
-        have = new
-        out.append((f"all-gather {s + 1}", have.copy()))
-    return out
+    """Before each step and at the end: for rank r and chunk c, how many ranks' contributions r holds.
+
+    Runs Lab 3's own allreduce_ring on p threads with x = ones(p): one element per chunk, so
+    each element counts the contributions its rank has added into that chunk.
+    """
+    def rank(comm) -> list[np.ndarray]:
+        x = np.ones(p, dtype=int)
+        rec = Recorder(comm, x)
+        allreduce_ring(rec, x)
+        return rec.states + [x.copy()]
+
+    per_rank = run_ranks(p, rank)  # per_rank[r][k]: rank r's x before step k (k = 2(p - 1): the end)
+    titles = (["start"] + [f"reduce-scatter {s + 1}" for s in range(p - 1)]
+              + [f"all-gather {s + 1}" for s in range(p - 1)])
+    assert all(len(states) == len(titles) for states in per_rank)
+    return [(title, np.stack([states[k] for states in per_rank])) for k, title in enumerate(titles)]
 
 
 def main() -> None:
