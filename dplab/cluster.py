@@ -7,13 +7,21 @@ Settings come from arguments first, then these environment variables:
     DPLAB_DEVICE       cpu or cuda; default automatic
     DPLAB_PORT         rendezvous port (MASTER_PORT); default: rank 0's OS picks a free one
     DPLAB_THREADS      torch threads per rank; default: the node's cores shared among its ranks
+    DPLAB_TIMEOUT      seconds a collective waits before it raises; default 120
+    DPLAB_DEBUG        TORCH_DISTRIBUTED_DEBUG on the engines: OFF, INFO or DETAIL; default unset
+    DPLAB_STUCK_AFTER  seconds after a rank fails (or returns) before ranks still blocked in a
+                       collective count as stuck and the cluster is stopped; default 3
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
+import signal
+import socket
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -23,7 +31,8 @@ from . import engine as _engine
 
 DEFAULT_ENGINES = 4
 START_TIMEOUT_S = 120
-STOP_TIMEOUT_S = 15
+STOP_POLITE_S = 1.0  # healthy engines get this long to leave the process group; then they are killed
+STUCK_AFTER_S = 3.0
 
 
 class ClusterError(RuntimeError):
@@ -83,6 +92,32 @@ def _thread_count(threads: int | str | None) -> int | None:
     return count
 
 
+def _seconds(name: str, raw, default: float | None, lo: float, hi: float) -> float | None:
+    """Validate a number of seconds from an argument or the environment variable `name`."""
+    raw = raw if raw is not None else os.environ.get(name) or None
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not lo <= value <= hi:
+        raise ClusterError(f"{name.removeprefix('DPLAB_').lower()} must be a number of seconds in {lo:g}..{hi:g}, "
+                           f"got {raw!r}: fix the argument or {name}, or unset it")
+    return value
+
+
+def _debug_level(raw) -> str | None:
+    raw = raw if raw is not None else os.environ.get("DPLAB_DEBUG") or None
+    if raw is None:
+        return None
+    level = str(raw).upper()
+    if level not in _engine.DEBUG_LEVELS:
+        raise ClusterError(f"debug must be one of {', '.join(_engine.DEBUG_LEVELS)}, got {raw!r}: "
+                           "fix debug= or DPLAB_DEBUG, or unset it")
+    return level
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything decided before any process starts."""
@@ -93,6 +128,9 @@ class Settings:
     port: int | None  # None: rank 0 binds port 0 and the OS picks a free one
     mpiexec: str
     threads: int | None = None  # None: cores // ranks on the node
+    timeout: float | None = None  # a collective's timeout in seconds; None: engine.TIMEOUT_S
+    debug: str | None = None  # TORCH_DISTRIBUTED_DEBUG on the engines
+    stuck_after: float = STUCK_AFTER_S  # see dplab.failures
 
 
 def resolve(
@@ -101,10 +139,16 @@ def resolve(
     device: str | None = None,
     port: int | None = None,
     threads: int | None = None,
+    timeout: float | None = None,
+    debug: str | None = None,
+    stuck_after: float | None = None,
 ) -> Settings:
     """Check every request and decide the settings; raises before anything starts."""
     count = _engine_count(p)
     n_threads = _thread_count(threads)
+    timeout = _seconds("DPLAB_TIMEOUT", timeout, None, 1, 24 * 3600)
+    stuck_after = _seconds("DPLAB_STUCK_AFTER", stuck_after, STUCK_AFTER_S, 0.5, 3600)
+    debug = _debug_level(debug)
     mpiexec = find_mpiexec()
     backend = backend or os.environ.get("DPLAB_BACKEND") or None
     device = device or os.environ.get("DPLAB_DEVICE") or None
@@ -125,7 +169,7 @@ def resolve(
         except ValueError:
             raise ClusterError(f"port must be a number, got {port!r}: fix port= or DPLAB_PORT, or unset it") from None
         _backend.check_port_free(port)
-    return Settings(count, choice.backend, choice.device, port, mpiexec, n_threads)
+    return Settings(count, choice.backend, choice.device, port, mpiexec, n_threads, timeout, debug, stuck_after)
 
 
 _running: "Cluster | None" = None
@@ -145,17 +189,84 @@ def _own_cluster_processes(cluster_id: str) -> list:
     return found
 
 
-def _reap(procs: list, timeout: float = 10.0) -> None:
-    """Wait for processes to exit; kill any still alive after `timeout` seconds."""
+def _is_engine(proc) -> bool:
+    """An engine or its nanny (the processes that hold a rank), not mpiexec or the controller."""
+    try:
+        return any(arg.startswith("ipyparallel.engine") for arg in proc.cmdline())
+    except Exception:
+        return False
+
+
+def _alive(procs: list) -> list:
+    """Those of `procs` still running; a zombie (dead, not yet reaped by its parent) counts as gone."""
     import psutil
 
-    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    alive = []
+    for proc in procs:
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except psutil.Error:
+            pass
+    return alive
+
+
+def _reap(procs: list, timeout: float) -> None:
+    """Wait up to `timeout` s for processes to exit, then kill the rest and wait for them."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while (alive := _alive(procs)) and time.monotonic() < deadline:
+        time.sleep(0.02)
     for proc in alive:
         try:
             proc.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(alive, timeout=timeout)
+    deadline = time.monotonic() + 5
+    while _alive(alive) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _files_held_open(procs: list) -> set[str]:
+    """MPICH's files that its processes hold open and leave behind when killed: a shared-memory
+    segment in /dev/shm and mpiexec's hwloc topology file in the temp folder."""
+    found = set()
+    for proc in procs:
+        try:
+            found.update(f.path for f in proc.open_files()
+                         if f.path.startswith("/dev/shm/mpich_shm_") or "hydra_hwloc_xmlfile_" in f.path)
+        except Exception:
+            pass
+    return found
+
+
+def _fail_unfinished(client) -> None:
+    """End every task still waiting on a killed engine with an EngineError, as ipyparallel does
+    when an engine dies, so that no AsyncResult (or %%px's display of it) waits forever."""
+    try:
+        for engine_id, uuid in list(client._engines.items()):
+            client._handle_stranded_msgs(engine_id, uuid)
+    except Exception:
+        pass
+
+
+@contextlib.contextmanager
+def remove_files_held_open(pid: int):
+    """Remove, after the block (which kills them), the MPICH files that process `pid` and its
+    descendants hold open."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        files = _files_held_open([proc, *proc.children(recursive=True)])
+    except psutil.Error:
+        files = set()
+    try:
+        yield
+    finally:
+        for path in files:
+            _unlink(path)
 
 
 def _shutdown_engines(client, finalize: bool) -> None:
@@ -180,12 +291,16 @@ class Cluster:
         self.engines_seconds = self.start_seconds = float("nan")
         self.ranks: list = []  # one dplab.engine.RankInfo per rank, in rank order, once joined
         self.port: int | None = settings.port  # the rendezvous port actually used, once joined
+        self._stacks: str | None = None  # folder where ranks dump their stacks (dplab.failures)
+        self._leftovers: set[str] = set()  # files the engines leave behind when killed
 
     # -- life cycle ---------------------------------------------------------
     def start(self) -> "Cluster":
         """Launch the controller and engines, wait for all, join the process group."""
         import ipyparallel as ipp
         from traitlets.config import Config
+
+        from .failures import WatchedView
 
         s = self.settings
         os.environ["PATH"] = os.pathsep.join([os.path.dirname(s.mpiexec), os.environ.get("PATH", "")])
@@ -206,9 +321,15 @@ class Cluster:
             self.client = self._cluster.connect_client_sync()
             # interactive=False: no progress bar, so notebook output is the same every run
             self.client.wait_for_engines(s.p, timeout=START_TIMEOUT_S, interactive=False)
-            self.view = self.client[:]
+            self.view = WatchedView(self, self.client, targets=sorted(self.client.ids))
             self.view.block = True
             self.engines_seconds = time.perf_counter() - t0
+            procs = _own_cluster_processes(self.cluster_id)
+            self._leftovers = _files_held_open(procs)
+            self._leftovers.update(os.path.join(tempfile.gettempdir(), f"ipykernel_{p.pid}")
+                                   for p in procs if _is_engine(p))
+            # ipyparallel's record of the engines, which it never removes
+            self._leftovers.add(os.path.join(self._cluster.profile_dir, "log", f"engines{self.cluster_id}.json"))
             if self.init_torch:
                 self._init_ranks()
             self.start_seconds = time.perf_counter() - t0
@@ -221,7 +342,18 @@ class Cluster:
     def _init_ranks(self) -> None:
         """Apply engine.setup on every engine, keep the records, and bind ENGINE_NAMES on each engine."""
         s = self.settings
-        infos = self.view.apply_sync(_engine.setup, s.backend, s.device, s.port, s.threads)
+        self._stacks = tempfile.mkdtemp(prefix="dplab-stacks-")
+        joining = self.view.apply_async(_engine.setup, s.backend, s.device, s.port, s.threads, s.timeout, s.debug,
+                                        self._stacks)
+        try:
+            infos = joining.get(timeout=START_TIMEOUT_S)
+        except TimeoutError:
+            where = joining.where([r for r, state in joining.states().items() if state is None])
+            raise ClusterError(
+                f"the ranks did not join the process group in {START_TIMEOUT_S} s; "
+                + "; ".join(f"rank {r}: {w.text}" for r, w in sorted(where.items()))
+                + ". The cluster was stopped: check the network settings and start again"
+            ) from None
         for engine_id, info in zip(self.view.targets, infos):
             if engine_id != info.rank:  # the labs index pulled lists by rank
                 raise ClusterError(f"engine {engine_id} is MPI rank {info.rank}: restart the cluster")
@@ -242,7 +374,10 @@ class Cluster:
         ip.run_line_magic("pxconfig", "--block --no-stream --progress-after -1")
 
     def stop(self) -> None:
-        """Shut down engines, controller and mpiexec; safe to call twice."""
+        """Shut down engines, controller and mpiexec; safe to call twice.
+
+        Healthy engines leave the process group and exit; busy or stuck ones are killed.
+        """
         global _running
         atexit.unregister(self.stop)
         if _running is self:
@@ -250,18 +385,80 @@ class Cluster:
         cluster, client = self._cluster, self.client
         self._cluster = self.client = self.view = None
         procs = _own_cluster_processes(cluster.cluster_id) if cluster is not None else []
-        if client is not None:
-            # A dead engine never answers: bound the polite part, then stop_cluster kills the rest.
-            done = threading.Thread(target=_shutdown_engines, args=(client, self.init_torch), daemon=True)
+        polite = client is not None and not client.outstanding  # a busy engine would not answer
+        if polite:
+            done = threading.Thread(target=_shutdown_engines, args=(client, self.init_torch and bool(self.ranks)),
+                                    daemon=True)
             done.start()
-            done.join(timeout=STOP_TIMEOUT_S)
+            done.join(timeout=STOP_POLITE_S)
+        # Engines have left the process group (or are stuck): kill them rather than wait seconds for
+        # their interpreters to wind down. mpiexec ends the job when its ranks are gone, and the
+        # controller stops on SIGTERM.
+        _reap([p for p in procs if _is_engine(p)], timeout=0)
+        if client is not None:
+            _fail_unfinished(client)
             client.close()
         if cluster is not None:
             try:
                 cluster.stop_cluster_sync()
             except Exception:
                 pass
-        _reap(procs)
+        _reap(procs, timeout=2)
+        self._remove_leftovers()
+
+    def _remove_leftovers(self) -> None:
+        """Files the cluster's processes leave when they do not exit on their own (MPICH's, and
+        ipykernel's cell folders), ipyparallel's engine record, and the stack dumps."""
+        for path in self._leftovers:
+            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else _unlink(path)
+        if self._stacks:
+            shutil.rmtree(self._stacks, ignore_errors=True)
+        self._leftovers, self._stacks = set(), None
+
+    def restart(self) -> "Cluster":
+        """Stop this cluster if it still runs, and start the same one again: same p, backend, device."""
+        global _running
+        self.stop()
+        if _running is not None:
+            _running.stop()
+        self.start()
+        _running = self
+        return self
+
+    # -- looking into running ranks (for dplab.failures) ----------------------
+    def signal(self, ranks: list[int], sig: str) -> None:
+        """Send signal `sig` (a name such as "SIGINT") to the engines of `ranks`."""
+        here = socket.gethostname()
+        local = {i.rank: i.pid for i in self.ranks if i.host == here}
+        for rank in ranks:
+            try:
+                if rank in local:
+                    os.kill(local[rank], getattr(signal, sig))
+                elif self.client is not None:
+                    self.client.send_signal(sig, targets=[rank], block=False)
+            except (OSError, Exception):
+                pass
+
+    def stacks(self, ranks: list[int], timeout: float = 1.5) -> dict[int, str]:
+        """Each rank's Python stacks, which it dumps on SIGUSR1 even when blocked in C; "" if unread."""
+        if not self._stacks or not ranks:
+            return {r: "" for r in ranks}
+        files = {r: _engine.stack_file(self._stacks, r) for r in ranks}
+        before = {r: _size(f) for r, f in files.items()}
+        self.signal(ranks, "SIGUSR1")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(_size(f) <= before[r] for r, f in files.items()):
+            time.sleep(0.05)
+        time.sleep(0.1)  # let the last dump finish writing
+        found = {}
+        for rank, path in files.items():
+            try:
+                with open(path) as f:
+                    f.seek(before[rank])
+                    found[rank] = f.read()
+            except OSError:
+                found[rank] = ""
+        return found
 
     @property
     def running(self) -> bool:
@@ -285,6 +482,20 @@ class Cluster:
         return f"<Cluster {state}: {s.p} MPI engines, backend={s.backend}, device={s.device}>"
 
 
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def start_cluster(
     p: int | None = None,
     backend: str | None = None,
@@ -292,14 +503,20 @@ def start_cluster(
     port: int | None = None,
     init_torch: bool = True,
     threads: int | None = None,
+    timeout: float | None = None,
+    debug: str | None = None,
+    stuck_after: float | None = None,
 ) -> Cluster:
     """Start p engines that are MPI ranks, join them in a torch process group, and return the handle.
 
-    Any cluster this process started before is stopped first. Use the handle as a
-    context manager, or call ``.stop()``; it also stops at interpreter exit.
+    timeout: seconds a collective waits before it raises. debug: TORCH_DISTRIBUTED_DEBUG on the
+    engines ("DETAIL" checks that all ranks call the same collective on the same shapes).
+    stuck_after: seconds after a rank fails before blocked ranks count as stuck (dplab.failures).
+    Any cluster this process started before is stopped first. Use the handle as a context
+    manager, or call ``.stop()``; it also stops at interpreter exit.
     """
     global _running
-    settings = resolve(p, backend, device, port, threads)
+    settings = resolve(p, backend, device, port, threads, timeout, debug, stuck_after)
     if _running is not None:
         _running.stop()
     cluster = Cluster(settings, init_torch=init_torch).start()

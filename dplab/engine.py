@@ -18,8 +18,12 @@ import socket
 from dataclasses import dataclass, fields
 
 
-#: How long a rank waits for the others in the rendezvous and in any collective.
+#: How long a rank waits for the others in the rendezvous and, by default, in any collective.
 TIMEOUT_S = 120
+
+#: The values TORCH_DISTRIBUTED_DEBUG accepts. DETAIL checks before every collective that all
+#: ranks call the same one on tensors of the same shape, and raises on every rank if not.
+DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")
 
 
 #: The names `Cluster` defines on every engine, from that rank's RankInfo.
@@ -36,6 +40,7 @@ class RankInfo:
     device: "torch.device"  # noqa: F821 - torch is imported on the engines, not by `import dplab`
     port: int  # the rendezvous (MASTER_PORT) of the process group
     host: str  # this rank's host name
+    pid: int  # this rank's process id (the client signals it to read its stack)
 
     def engine_names(self) -> dict:
         """The values of ENGINE_NAMES for this rank."""
@@ -78,11 +83,16 @@ def setup(
     device: str,
     port: int | None = None,
     threads: int | None = None,
+    timeout_s: float | None = None,
+    debug: str | None = None,
+    stacks: str | None = None,
 ) -> RankInfo:
     """Join every MPI rank in one torch process group on `device` ("cpu" or "cuda").
 
     port None lets rank 0's OS pick a free one. threads: torch threads per rank (default:
-    this node's cores shared among its ranks).
+    this node's cores shared among its ranks). timeout_s: seconds a collective waits before it
+    raises (default TIMEOUT_S). debug: a TORCH_DISTRIBUTED_DEBUG level. stacks: a folder where
+    this rank writes its Python stacks on SIGUSR1 (see `dump_stacks_on_signal`).
     """
     from datetime import timedelta
 
@@ -92,6 +102,11 @@ def setup(
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
+    if stacks is not None:
+        dump_stacks_on_signal(stack_file(stacks, rank))
+    if debug is not None:  # torch reads it when it is imported: set it, then tell torch
+        os.environ["TORCH_DISTRIBUTED_DEBUG"] = debug
+        dist.set_debug_level_from_env()
     local_rank, local_size = _node_rank_and_size(comm)
     # Ranks on one node share its cores: give each its share instead of all of them.
     torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local_size))
@@ -108,7 +123,7 @@ def setup(
 
     host = socket.gethostname()
     addr = _master_addr(comm.allgather(host))
-    timeout = timedelta(seconds=TIMEOUT_S)
+    timeout = timedelta(seconds=TIMEOUT_S)  # for the rendezvous
     store = None
     if rank == 0:  # port 0: the OS picks a port nobody holds, so concurrent clusters never collide
         store = dist.TCPStore(addr, port or 0, size, is_master=True, timeout=timeout, wait_for_workers=False)
@@ -120,8 +135,10 @@ def setup(
         MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local_rank)
     )
     kwargs = {"device_id": dev} if backend == "nccl" else {}
-    dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout, **kwargs)
-    return RankInfo(rank, size, local_rank, dev, port, host)
+    # On NCCL the timeout arms the watchdog, which ends a rank whose collective never completes.
+    collective_timeout = timedelta(seconds=timeout_s or TIMEOUT_S)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=collective_timeout, **kwargs)
+    return RankInfo(rank, size, local_rank, dev, port, host, os.getpid())
 
 
 def finalize() -> None:
@@ -130,3 +147,25 @@ def finalize() -> None:
 
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def stack_file(folder: str, rank: int) -> str:
+    """Where rank `rank` writes its stacks."""
+    return os.path.join(folder, f"rank{rank}.stacks")
+
+
+_stack_log = None  # kept open for faulthandler, which writes to its file descriptor
+
+
+def dump_stacks_on_signal(path: str) -> None:
+    """On SIGUSR1, append every thread's Python stack to `path`, even while blocked in C code.
+
+    faulthandler writes from the signal handler itself, so this works while the rank waits
+    inside MPI or a collective, where no Python code (and no KeyboardInterrupt) can run.
+    """
+    import faulthandler
+    import signal
+
+    global _stack_log
+    _stack_log = open(path, "a")  # append: the client reads what each dump adds
+    faulthandler.register(signal.SIGUSR1, file=_stack_log, all_threads=True, chain=False)

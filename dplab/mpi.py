@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from .backend import free_port, job_port  # noqa: F401 (job_port: read on the ranks)
-from .cluster import find_mpiexec
+from .cluster import find_mpiexec, remove_files_held_open
 
 
 def run_job(script: str | os.PathLike, p: int, args=(), *, timeout: float, capture: bool = True,
@@ -32,8 +32,9 @@ def run_job(script: str | os.PathLike, p: int, args=(), *, timeout: float, captu
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        with remove_files_held_open(proc.pid):  # MPICH leaves its files behind when killed
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
         raise TimeoutError(f"mpiexec -n {p} {Path(script).name} did not finish in {timeout:g} s; "
                            "its processes were killed") from None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

@@ -1,0 +1,278 @@
+"""When some ranks of a parallel cell fail and the others wait for them forever.
+
+A rank that raises before a collective leaves the other ranks blocked inside MPI or
+torch.distributed, in C code that no KeyboardInterrupt reaches. `WatchedView` is the
+cluster's view (and so what ``%%px`` uses): its results watch the ranks while the client
+waits. When a rank has failed (or finished) and the ranks still running are waiting in a
+communication call `stuck_after` seconds later, the cluster reads where they are (their
+Python stacks, dumped by faulthandler on SIGUSR1), stops itself, and raises
+`StuckRanksError`, which names both. An interrupt (the notebook's stop button) first sends
+SIGINT to the ranks; those it cannot release are handled the same way.
+"""
+from __future__ import annotations
+
+import linecache
+import re
+import time
+from dataclasses import dataclass
+
+from ipyparallel.client.asyncresult import AsyncResult
+from ipyparallel.client.view import DirectView
+
+from .cluster import ClusterError
+
+#: Seconds an interrupted rank gets to return before the cluster is stopped.
+INTERRUPT_GRACE_S = 2.0
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CELL_FILE = re.compile(r"ipykernel_\d+[/\\]\d+\.py$")
+#: mpi4py's blocking calls; mpi4py is compiled, so they leave no Python frame of their own.
+_MPI_CALL = re.compile(
+    r"\.(allreduce|Allreduce|bcast|Bcast|barrier|Barrier|reduce|Reduce|gather|Gather|Gatherv|allgather|"
+    r"Allgather|Allgatherv|scatter|Scatter|alltoall|Alltoall|reduce_scatter|Reduce_scatter|"
+    r"Reduce_scatter_block|sendrecv|Sendrecv|recv|Recv|send|Send|ssend|Ssend|wait|Wait|waitall|Waitall|"
+    r"scan|Scan|exscan|Exscan)\("
+)
+_KERNEL_FILES = ("/IPython/", "/ipykernel/", "/ipyparallel/", "/asyncio/", "/tornado/", "/threading.py")
+#: The frames through which an engine runs a cell (execute) or a function (apply).
+_RUNS_USER_CODE = (("interactiveshell.py", "run_code"), ("ipyparallel/engine/kernel.py", "do_apply"))
+
+
+class StuckRanksError(RuntimeError):
+    """Some ranks failed or were interrupted while others stayed blocked; the cluster was stopped."""
+
+    def __init__(self, message: str, failed: dict, stuck: dict):
+        super().__init__(message)
+        self.failed = failed  # rank -> what it raised
+        self.stuck = stuck  # rank -> where it was blocked
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows: the message alone, since the client-side stack says nothing useful."""
+        return [f"{type(self).__name__}: {self}"]
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a running rank is: a description, and whether it waits on other ranks."""
+
+    text: str
+    waiting: bool | None  # None: unknown (no stack could be read)
+
+
+def cell_lines(code: str | None) -> list[str]:
+    """The cell's lines as IPython numbers them (it drops leading blank lines)."""
+    lines = (code or "").splitlines()
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    return lines
+
+
+def _source(path: str, line: int, cell: list[str]) -> str:
+    if _CELL_FILE.search(path):
+        return cell[line - 1].strip() if 0 < line <= len(cell) else ""
+    return linecache.getline(path, line).strip()
+
+
+def _cell_or_file(path: str, line: int, cell: list[str]) -> str:
+    src = _source(path, line, cell)
+    place = f"line {line} of the cell" if _CELL_FILE.search(path) else f"{path.rsplit('/', 1)[-1]}:{line}"
+    return f"{place}: {src}" if src else place
+
+
+def parse_stacks(text: str) -> list[list[tuple[str, int, str]]]:
+    """faulthandler's dump as threads, each a list of (file, line, function), innermost first."""
+    threads, frames = [], None
+    for raw in text.splitlines():
+        if raw.startswith(("Thread 0x", "Current thread 0x")):
+            frames = []
+            threads.append(frames)
+        m = re.match(r'\s+File "(.*)", line (\d+) in (.*)$', raw)
+        if m and frames is not None:
+            frames.append((m.group(1), int(m.group(2)), m.group(3)))
+    return threads
+
+
+def where_from_stacks(text: str, code: str | None = None) -> Where:
+    """Describe where the thread that runs the user's code is, from a faulthandler dump.
+
+    code: the cell the rank runs, to quote its lines (ipykernel keeps no file of it).
+    """
+    if not text:
+        return Where("busy; its stack could not be read", None)
+    cell = cell_lines(code)
+    for frames in parse_stacks(text):
+        if not any(f[0].endswith(path) and f[2] == fn for f in frames for path, fn in _RUNS_USER_CODE):
+            continue
+        user = []
+        for frame in frames:
+            if any(k in frame[0] for k in _KERNEL_FILES):
+                break
+            user.append(frame)
+        if not user:
+            continue
+        outer = user[-1]
+        here = _cell_or_file(outer[0], outer[1], cell)
+        torch_frames = [f for f in user if "torch/distributed/" in f[0] and not f[2].startswith("_")]
+        if torch_frames:
+            call = next((f[2] for f in torch_frames if f[2] != "wrapper"), torch_frames[0][2])
+            return Where(f"waiting in torch.distributed.{call}, called at {here}", True)
+        inner = user[0]
+        if _MPI_CALL.search(_source(inner[0], inner[1], cell)):
+            return Where(f"waiting in MPI at {_cell_or_file(inner[0], inner[1], cell)}", True)
+        return Where(f"running {here}", False)
+    return Where("busy, but its stack shows no user code", None)
+
+
+def describe_error(err: BaseException) -> str:
+    """One line for a rank's exception: type, message, and the cell line that raised it."""
+    ename = getattr(err, "ename", type(err).__name__)
+    evalue = getattr(err, "evalue", str(err))
+    text = f"{ename}: {evalue}" if evalue else ename
+    tb = getattr(err, "traceback", None) or ""
+    tb = _ANSI.sub("", "\n".join(tb) if isinstance(tb, list) else str(tb))
+    m = re.search(r"Cell In\[\d+\], line (\d+)\n(?:.*\n)*?-+> ?\s*\d+\s(.*)", tb)
+    if m:
+        text += f" (line {m.group(1)} of the cell: {m.group(2).strip()})"
+    return text
+
+
+def _ranks(ranks) -> str:
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def stuck_message(failed: dict, finished: list, stuck: dict, seconds: float, interrupted: bool,
+                  settings) -> str:
+    """seconds: how long the stuck ranks were given (stuck_after, or the interrupt's grace)."""
+    """The error text: who failed with what, who was blocked where, and what to do now."""
+    lines = ["Interrupted."] if interrupted else []
+    lines += [f"{_ranks([r])} failed: {why}" for r, why in sorted(failed.items())]
+    if finished:
+        lines.append(f"{_ranks(finished)} finished the cell.")
+    groups: dict[str, list[int]] = {}
+    for rank, where in stuck.items():
+        groups.setdefault(where.text, []).append(rank)
+    for text, ranks in sorted(groups.items(), key=lambda kv: min(kv[1])):
+        verb = "did not return" if interrupted else "was still running" if len(ranks) == 1 else "were still running"
+        lines.append(f"{_ranks(ranks)} {verb} {seconds:g} s later, {text}")
+    s = settings
+    lines += [
+        "The cluster was stopped: a rank blocked in MPI or a collective cannot be interrupted.",
+        f"Run cluster.restart() to start {s.p} engines again ({s.backend}, {s.device}), "
+        "then re-run the set-up cells (imports, data, model).",
+    ]
+    return "\n".join(lines)
+
+
+def _outcome(future):
+    """None while running; True when it succeeded; else the exception it ended with."""
+    if not future.done():
+        return None
+    exc = future.exception()
+    if exc is not None:
+        return exc
+    result = future.result()
+    return result if isinstance(result, BaseException) else True
+
+
+class WatchedResult(AsyncResult):
+    """An AsyncResult whose blocking get() stops a cluster that can no longer finish the task."""
+
+    _dplab_cluster = None
+    _dplab_code = None  # the cell, for execute
+
+    def get(self, timeout=None, return_exceptions=None, return_when=None):
+        if return_when is None and self._dplab_cluster is not None:
+            self._watch(None if timeout is None or timeout < 0 else time.monotonic() + timeout)
+            timeout = None if self.ready() else 0
+        return super().get(timeout, return_exceptions, return_when)
+
+    def states(self) -> dict:
+        targets = self._targets if isinstance(self._targets, list) else [self._targets]
+        return {t: _outcome(f) for t, f in zip(targets, self._children)}
+
+    def _watch(self, deadline: float | None) -> None:
+        """Wait until done or `deadline`; stop the cluster and raise if the task can never finish."""
+        cluster = self._dplab_cluster
+        settled_at, next_look = None, None
+        while deadline is None or time.monotonic() < deadline:
+            try:
+                if AsyncResult.wait(self, 0.1):
+                    return
+            except KeyboardInterrupt:
+                self._interrupt()
+                return
+            if cluster.client is not self._client:
+                raise ClusterError("the cluster this task ran on was stopped: run cluster.restart(), then "
+                                   "re-run the set-up cells")
+            states = self.states()
+            running = [t for t, s in states.items() if s is None]
+            failed = {t: describe_error(s) for t, s in states.items() if s not in (None, True)}
+            if len(running) == len(states):
+                continue  # nobody has finished: this may be long, honest work
+            now = time.monotonic()
+            if settled_at is None:
+                settled_at, next_look = now, now + cluster.settings.stuck_after
+            if now < next_look:
+                continue
+            where = self.where(running)
+            # After a failure, a rank we cannot see into counts as stuck; after a success, it does not.
+            blocked = {r: w for r, w in where.items() if w.waiting or (failed and w.waiting is None)}
+            if blocked and all(r in blocked for r in running):
+                self._give_up(failed, where, cluster.settings.stuck_after, interrupted=False)
+            next_look = now + cluster.settings.stuck_after
+
+    def _interrupt(self) -> None:
+        """Send SIGINT to the running ranks; stop the cluster if they do not return."""
+        cluster = self._dplab_cluster
+        running = [t for t, s in self.states().items() if s is None]
+        cluster.signal(running, "SIGINT")
+        try:
+            if AsyncResult.wait(self, INTERRUPT_GRACE_S):
+                return  # released: get() reports each rank's KeyboardInterrupt
+        except KeyboardInterrupt:
+            pass  # a second press: stop at once
+        states = self.states()
+        running = [t for t, s in states.items() if s is None]
+        failed = {t: describe_error(s) for t, s in states.items() if s not in (None, True)}
+        self._give_up(failed, self.where(running), INTERRUPT_GRACE_S, interrupted=True)
+
+    def where(self, ranks: list[int]) -> dict:
+        """rank -> Where, for ranks still running this task."""
+        stacks = self._dplab_cluster.stacks(ranks)
+        return {r: where_from_stacks(stacks.get(r, ""), self._dplab_code) for r in ranks}
+
+    def _give_up(self, failed: dict, where: dict, seconds: float, interrupted: bool):
+        cluster = self._dplab_cluster
+        finished = [t for t, s in self.states().items() if s is True]
+        message = stuck_message(failed, finished, where, seconds, interrupted, cluster.settings)
+        cluster.stop()
+        raise StuckRanksError(message, failed, where)
+
+
+class WatchedView(DirectView):
+    """The cluster's DirectView: blocking calls watch for ranks that can never finish."""
+
+    def __init__(self, cluster, client, targets):
+        super().__init__(client=client, socket=client._mux_stream, targets=targets)
+        self._dplab_cluster = cluster
+
+    def _watched(self, ar):
+        ar.__class__ = WatchedResult
+        ar._dplab_cluster = self._dplab_cluster
+        return ar
+
+    def execute(self, code, silent=True, targets=None, block=None, label=None):
+        block = self.block if block is None else block
+        ar = self._watched(super().execute(code, silent=silent, targets=targets, block=False, label=label))
+        ar._dplab_code = code
+        if block:
+            ar.get()
+            ar.wait_for_output()
+        return ar
+
+    def _really_apply(self, f, args=None, kwargs=None, targets=None, block=None, track=None, label=None):
+        block = self.block if block is None else block
+        ar = self._watched(super()._really_apply(f, args, kwargs, targets=targets, block=False, track=track,
+                                                 label=label))
+        return ar.get() if block else ar

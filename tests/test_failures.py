@@ -1,0 +1,272 @@
+"""A bug on one rank never freezes the client: stuck ranks are found, named, and the cluster stopped."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from ipyparallel.error import CompositeError, RemoteError
+
+import dplab
+from dplab import failures
+from dplab.cluster import ClusterError, resolve
+
+from conftest import cluster_processes, descendants, wait_until_gone
+
+LIMIT_S = 10  # the most a failing cell may take to raise
+
+
+@pytest.fixture
+def leaves_nothing():
+    """Fail if the test leaves a process running or a file of MPICH's behind."""
+    before, shm = descendants(), set(os.listdir("/dev/shm"))
+    yield
+    assert wait_until_gone(descendants() - before, timeout=5) == set()
+    assert {f for f in set(os.listdir("/dev/shm")) - shm if f.startswith("mpich")} == set()
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    try:
+        fn()
+    except Exception as e:
+        return e, time.perf_counter() - t0
+    return None, time.perf_counter() - t0
+
+
+ONE_RANK_RAISES_MPI = """\
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+if rank == 1:
+    raise ValueError("typo on one branch")
+total = comm.allreduce(1)
+"""
+
+ONLY_RANK_0_CALLS_ALL_REDUCE = """\
+import torch, torch.distributed as dist
+t = torch.ones(1)
+if rank == 0:
+    dist.all_reduce(t)
+"""
+
+
+# -- the pieces, without a cluster ---------------------------------------------
+
+DUMP = """\
+Thread 0x00007f0 (most recent call first):
+  File "/venv/site-packages/ipykernel/iostream.py", line 478 in _watch_pipe_fd
+  File "/usr/lib/python3.11/threading.py", line 982 in run
+
+Current thread 0x00007f1 (most recent call first):
+  File "/venv/site-packages/torch/distributed/distributed_c10d.py", line 2950 in all_reduce
+  File "/venv/site-packages/torch/distributed/c10d_logger.py", line 81 in wrapper
+  File "/tmp/ipykernel_123/4567.py", line 4 in <module>
+  File "/venv/site-packages/IPython/core/interactiveshell.py", line 3823 in run_code
+  File "/venv/site-packages/ipykernel/ipkernel.py", line 460 in do_execute
+"""
+
+
+def test_stacks_tell_a_collective_from_other_work():
+    where = failures.where_from_stacks(DUMP, ONLY_RANK_0_CALLS_ALL_REDUCE)
+    assert where == failures.Where(
+        "waiting in torch.distributed.all_reduce, called at line 4 of the cell: dist.all_reduce(t)", True)
+    mpi = DUMP.replace('torch/distributed/distributed_c10d.py", line 2950', 'x/y.py", line 1').replace(
+        'torch/distributed/c10d_logger.py", line 81', 'x/z.py", line 1').replace("line 4 in", "line 5 in")
+    mpi = "\n".join(line for line in mpi.splitlines() if "x/" not in line)
+    assert failures.where_from_stacks(mpi, ONE_RANK_RAISES_MPI) == failures.Where(
+        "waiting in MPI at line 5 of the cell: total = comm.allreduce(1)", True)
+    busy = failures.where_from_stacks(mpi, "\n\nimport time\nx = 1\nn = 0\n\ntime.sleep(60)")
+    assert busy == failures.Where("running line 5 of the cell: time.sleep(60)", False)  # blank lines dropped
+    assert failures.where_from_stacks("", "x").waiting is None
+
+
+def test_a_rank_error_is_described_by_type_message_and_cell_line():
+    tb = ("\x1b[31mValueError\x1b[39m  Traceback (most recent call last)\n"
+          "\x1b[36mCell\x1b[39m\x1b[36m \x1b[39m\x1b[32mIn[1]\x1b[39m\x1b[32m, line 4\x1b[39m\n"
+          "      3 if rank == 1:\n\x1b[32m----> \x1b[39m\x1b[32m4\x1b[39m     raise ValueError('typo')\n")
+    err = RemoteError("ValueError", "typo", tb)
+    assert failures.describe_error(err) == "ValueError: typo (line 4 of the cell: raise ValueError('typo'))"
+
+
+@pytest.mark.parametrize("name, value", [("DPLAB_TIMEOUT", "0"), ("DPLAB_TIMEOUT", "soon"),
+                                         ("DPLAB_STUCK_AFTER", "-1"), ("DPLAB_DEBUG", "LOUD")])
+def test_bad_failure_settings_are_refused_before_start(name, value, monkeypatch):
+    before = descendants()
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ClusterError, match=name):
+        dplab.start_cluster(2)
+    assert descendants() == before
+
+
+def test_failure_settings_come_from_arguments_then_environment(monkeypatch):
+    s = resolve(p=2)
+    assert (s.timeout, s.debug, s.stuck_after) == (None, None, 3.0)
+    monkeypatch.setenv("DPLAB_DEBUG", "detail")
+    monkeypatch.setenv("DPLAB_STUCK_AFTER", "5")
+    assert (resolve(p=2).debug, resolve(p=2).stuck_after) == ("DETAIL", 5.0)
+    assert resolve(p=2, timeout=7, stuck_after=1).timeout == 7.0
+
+
+# -- real clusters -------------------------------------------------------------
+
+def test_one_rank_error_before_a_collective_raises_and_restart_brings_the_cluster_back(leaves_nothing):
+    with dplab.start_cluster(4) as c:
+        first_id = c.cluster_id
+        err, seconds = timed(lambda: c.view.execute(ONE_RANK_RAISES_MPI))
+        assert isinstance(err, dplab.StuckRanksError) and seconds < LIMIT_S, (err, seconds)
+        text = str(err)
+        assert 'rank 1 failed: ValueError: typo on one branch (line 4 of the cell: raise ValueError(' in text
+        assert "ranks 0, 2, 3 were still running 3 s later, waiting in MPI at line 5 of the cell: " \
+               "total = comm.allreduce(1)" in text
+        assert "cluster.restart()" in text and "4 engines again (gloo, cpu)" in text
+        assert not c.running and cluster_processes(first_id) == []
+        assert sorted(err.failed) == [1] and sorted(err.stuck) == [0, 2, 3]
+
+        c.restart()  # one call: the same p, backend and device
+        assert c.running and len(c.ranks) == 4
+        err, seconds = timed(lambda: c.view.execute(ONLY_RANK_0_CALLS_ALL_REDUCE))
+        assert isinstance(err, dplab.StuckRanksError) and seconds < LIMIT_S, (err, seconds)
+        assert "ranks 1, 2, 3 finished the cell." in str(err)
+        assert "rank 0 was still running 3 s later, waiting in torch.distributed.all_reduce, called at " \
+               "line 4 of the cell: dist.all_reduce(t)" in str(err)
+
+        c.restart()
+        c.view.execute("import torch, torch.distributed as dist\nt = torch.ones(1)\ndist.all_reduce(t)")
+        assert [t.item() for t in c.view["t"]] == [4.0] * 4
+
+
+def test_a_failed_rank_does_not_stop_ranks_that_are_still_working(leaves_nothing):
+    """Rank 1 fails at once; rank 0 computes past stuck_after and then finishes: an ordinary error."""
+    with dplab.start_cluster(2, stuck_after=1) as c:
+        err, seconds = timed(lambda: c.view.execute(
+            "import time\nif rank == 1:\n    raise KeyError('k')\ntime.sleep(2.5)\ndone = True"))
+        assert isinstance(err, CompositeError) and 2.5 < seconds < LIMIT_S
+        assert c.running and c.view.pull("done", targets=0) is True
+
+
+def test_a_dying_rank_still_fails_the_cell_at_once(leaves_nothing):
+    with dplab.start_cluster(2) as c:
+        err, seconds = timed(lambda: c.view.execute("import os\nif rank == 1:\n    os._exit(3)\n"
+                                                    "from mpi4py import MPI\nMPI.COMM_WORLD.barrier()"))
+        assert isinstance(err, CompositeError) and seconds < 3, (err, seconds)
+
+
+@pytest.mark.parametrize("cell", [
+    "t = torch.ones(4)\nif rank == 0:\n    dist.all_reduce(t)\nelse:\n    dist.broadcast(t, src=0)",
+    "t = torch.ones(4 + rank)\ndist.all_reduce(t)",
+])
+def test_mismatched_collectives_raise_on_every_rank_with_debug_detail(cell, leaves_nothing):
+    with dplab.start_cluster(2, debug="DETAIL") as c:
+        err, seconds = timed(lambda: c.view.execute("import torch, torch.distributed as dist\n" + cell))
+        assert isinstance(err, CompositeError) and seconds < LIMIT_S
+        assert [e[0] for e in err.elist] == ["RuntimeError"] * 2
+        assert all("Detected mismatch between collectives" in e[1] for e in err.elist)
+        c.view.execute("t = torch.ones(2)\ndist.all_reduce(t)")  # the group is still usable
+        assert [t.tolist() for t in c.view["t"]] == [[2.0, 2.0]] * 2
+
+
+def test_mismatched_collectives_time_out_with_a_short_collective_timeout(leaves_nothing):
+    with dplab.start_cluster(2, timeout=2) as c:
+        err, seconds = timed(lambda: c.view.execute(
+            "import torch, torch.distributed as dist\nt = torch.ones(4)\n"
+            "if rank == 0:\n    dist.all_reduce(t)\nelse:\n    dist.broadcast(t, src=0)"))
+        assert isinstance(err, CompositeError) and seconds < LIMIT_S
+        assert all("Timed out" in e[1] for e in err.elist)
+
+
+def test_stop_is_quick_when_healthy_and_when_stuck(leaves_nothing):
+    c = dplab.start_cluster(4)
+    t0 = time.perf_counter()
+    c.stop()
+    healthy = time.perf_counter() - t0
+    c = dplab.start_cluster(4)
+    c.view.execute("from mpi4py import MPI\nif rank == 0:\n    MPI.COMM_WORLD.barrier()", block=False)
+    time.sleep(1)
+    t0 = time.perf_counter()
+    c.stop()
+    stuck = time.perf_counter() - t0
+    assert healthy <= 2 and stuck <= 10, (healthy, stuck)
+
+
+TWO_AT_ONCE = textwrap.dedent("""
+    import sys, time, dplab
+    c = dplab.start_cluster(2)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    t0 = time.perf_counter()
+    try:
+        c.view.execute("from mpi4py import MPI\\nif rank == 1:\\n    raise ValueError('x')\\nMPI.COMM_WORLD.barrier()")
+    except dplab.StuckRanksError as e:
+        print(type(e).__name__, round(time.perf_counter() - t0, 1), flush=True)
+    c.restart()
+    c.view.execute("import torch, torch.distributed as dist\\nt = torch.ones(1)\\ndist.all_reduce(t)")
+    print([t.item() for t in c.view["t"]], flush=True)
+    c.stop()
+""")
+
+
+def test_two_clusters_failing_at_once_on_one_node_each_recover(leaves_nothing):
+    procs = [subprocess.Popen([sys.executable, "-c", TWO_AT_ONCE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        for proc in procs:
+            assert proc.stdout.readline().strip() == "ready"
+        outs = [proc.communicate("\n", timeout=120) for proc in procs]  # both fail at the same moment
+    finally:
+        for proc in procs:
+            proc.kill()
+    for (out, err), proc in zip(outs, procs):
+        assert proc.returncode == 0, err[-2000:]
+        name, seconds, sums = out.split("\n")[0].split()[0], float(out.split()[1]), out.split("\n")[1]
+        assert name == "StuckRanksError" and seconds < LIMIT_S and sums == "[2.0, 2.0]"
+
+
+# -- in a real notebook kernel: %%px and the stop button --------------------------
+
+def _run(kc, code: str, timeout: float):
+    """Execute `code` in the kernel; return (reply content, text of all outputs)."""
+    out = []
+
+    def hook(msg):
+        c = msg["content"]
+        if msg["msg_type"] == "stream":
+            out.append(c["text"])
+        elif msg["msg_type"] == "error":
+            out.append("\n".join(c["traceback"]))
+
+    reply = kc.execute_interactive(code, timeout=timeout, output_hook=hook)
+    return reply["content"], "".join(out)
+
+
+def test_px_cell_and_kernel_interrupt_return_within_limits(leaves_nothing):
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3")
+    try:
+        reply, _ = _run(kc, "import dplab\ncluster = dplab.start_cluster(4)", timeout=120)
+        assert reply["status"] == "ok"
+        t0 = time.perf_counter()
+        reply, out = _run(kc, "%%px\n" + ONE_RANK_RAISES_MPI, timeout=60)
+        assert time.perf_counter() - t0 < LIMIT_S
+        assert reply["ename"] == "StuckRanksError" and "waiting in MPI at line 5" in out
+        assert "/" not in out.split("StuckRanksError")[1].replace("(gloo, cpu)", "")  # no client paths
+
+        reply, _ = _run(kc, "cluster.restart()", timeout=120)
+        assert reply["status"] == "ok"
+        # Rank 0 sleeps (SIGINT ends that), the others wait in a barrier (nothing ends that).
+        msg_id = kc.execute("%%px\nfrom mpi4py import MPI\nimport time\nif rank == 0:\n    time.sleep(600)\n"
+                            "MPI.COMM_WORLD.barrier()")
+        time.sleep(3)
+        t0 = time.perf_counter()
+        km.interrupt_kernel()
+        reply = kc.get_shell_msg(timeout=LIMIT_S)
+        assert reply["parent_header"]["msg_id"] == msg_id and time.perf_counter() - t0 < LIMIT_S
+        assert reply["content"]["ename"] == "StuckRanksError"
+        assert "Interrupted." in reply["content"]["evalue"] and "waiting in MPI at line 5" in \
+            reply["content"]["evalue"]
+        reply, out = _run(kc, "print(cluster.running)", timeout=30)
+        assert out.strip() == "False"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
