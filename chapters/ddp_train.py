@@ -1,8 +1,12 @@
 """A minimal, complete DDP script: MNIST MLP, DistributedSampler, rank-0 checkpoint.
 
     torchrun --standalone --nproc-per-node 2 chapters/ddp_train.py --epochs 2
+
+With --checkpoint PATH --checkpoint-every K it saves every K steps and, started
+again (say by torchrun --max-restarts=1 after a worker dies), resumes exactly.
 """
 import argparse
+import itertools
 import os
 
 import torch
@@ -20,6 +24,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch", type=int, default=32, help="per-rank batch B")
     ap.add_argument("--checkpoint", default=None, help="file to save to from rank 0")
+    ap.add_argument("--checkpoint-every", type=int, default=0,
+                    help="also save every K steps (0: only at the end)")
+    ap.add_argument("--log-every", type=int, default=0, help="print every N steps")
     args = ap.parse_args()
 
     # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, which
@@ -46,10 +53,43 @@ def main() -> None:
     ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
 
-    for epoch in range(args.epochs):
+    def save(epoch: int, done: int, step: int, total: torch.Tensor) -> None:
+        """Every rank calls this (it gathers); rank 0 writes the file."""
+        totals = [torch.empty_like(total) for _ in range(world_size)]
+        dist.all_gather(totals, total)  # each rank's running loss totals are its own
+        if rank == 0:
+            state = {"model": ddp.module.state_dict(), "optim": opt.state_dict(),
+                     "epoch": epoch, "done": done, "step": step,
+                     "totals": torch.stack(totals)}
+            torch.save(state, args.checkpoint + ".tmp")
+            os.replace(args.checkpoint + ".tmp", args.checkpoint)  # never half a file
+
+    # Where training starts: epoch, batches done in it, optimizer steps, and this
+    # rank's running (Σ loss·n, Σ n). A checkpoint left by a killed run moves it on:
+    # every rank loads it, as the optimizer state (momentum) lives on every rank.
+    epoch0, done, step, total = 0, 0, 0, torch.zeros(2, device=device)
+    every = args.checkpoint_every if args.checkpoint else 0  # steps between saves
+    if args.checkpoint and os.path.exists(args.checkpoint):
+        ckpt = torch.load(args.checkpoint, map_location=device, weights_only=True)
+        ddp.module.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optim"])
+        epoch0, done, step = ckpt["epoch"], ckpt["done"], ckpt["step"]
+        assert len(ckpt["totals"]) == world_size  # else the shards would differ
+        total = ckpt["totals"][rank]
+        # DDP's first backward lays its buckets out from the parameters' order;
+        # then it rebuilds them in the order the gradients arrived. With 3+ ranks
+        # the layout changes the float sums, so one throwaway backward makes the
+        # next step sum as the uninterrupted run's step did.
+        x, y = data.x_train[:args.batch], data.y_train[:args.batch]
+        F.cross_entropy(ddp(x.to(device)), y.to(device)).backward()
+        opt.zero_grad()
+        if rank == 0:
+            restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)
+            print(f"resumed at step {step} (restart {restart})", flush=True)
+
+    for epoch in range(epoch0, args.epochs):
         sampler.set_epoch(epoch)  # a new shuffle each epoch, the same one on every rank
-        total = torch.zeros(2, device=device)
-        for x, y in loader:
+        for x, y in itertools.islice(loader, done, None):  # skip the batches done
             x, y = x.to(device), y.to(device)
             opt.zero_grad()
             loss = F.cross_entropy(ddp(x), y)
@@ -57,15 +97,22 @@ def main() -> None:
             opt.step()
             n = torch.tensor(float(len(y)), device=device)
             total += torch.stack([loss.detach() * n, n])
+            done, step = done + 1, step + 1
+            if rank == 0 and args.log_every and step % args.log_every == 0:
+                print(f"step {step}", flush=True)
+            # No barrier after a save: the file is read only at a (re)start, once
+            # every old rank has exited, and os.replace leaves it whole.
+            if every and step % every == 0:
+                save(epoch, done, step, total)
         dist.all_reduce(total)  # the mean loss over all ranks' samples
         if rank == 0:
             mean_loss = total[0].item() / total[1].item()
             print(f"epoch {epoch}: mean training loss {mean_loss:.2f} "
                   f"over {int(total[1].item())} samples on {world_size} ranks")
+        done, total = 0, torch.zeros(2, device=device)
 
-    if args.checkpoint and rank == 0:
-        state = {"model": ddp.module.state_dict(), "optim": opt.state_dict()}
-        torch.save(state, args.checkpoint)
+    if args.checkpoint:
+        save(args.epochs, 0, step, total)  # the final state
     dist.barrier()  # nobody reads the checkpoint before it is written
 
     # Evaluation: each rank scores an unpadded shard (every world_size-th test
