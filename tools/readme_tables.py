@@ -36,14 +36,16 @@ def cluster_table() -> str:
     text = (RESULTS / "cluster_start.txt").read_text()
     head = re.search(r"(\d+) MPI engines, median of (\d+) on (.*)$", text, flags=re.M)
     value = {k: re.search(rf"{k}\s+([\d.]+) s", text).group(1)
-             for k in ("engines ready", "process group joined", "stop")}
+             for k in ("engines ready", "process group joined", "stop", "one-rank error", "stop while stuck")}
     return "\n".join([
         f"`dplab.start_cluster()` with {head.group(1)} engines on {head.group(3)}, median of {head.group(2)} starts,"
         " from `benchmarks/cluster_start.py` (saved in `benchmarks/results/cluster_start.txt`):", "",
         "| phase | seconds |", "|---|---|",
         f"| all {head.group(1)} engines ready (target: at most 4 s) | {value['engines ready']} |",
         f"| process group joined (includes importing torch on every engine) | {value['process group joined']} |",
-        f"| stop, every process reaped | {value['stop']} |",
+        f"| stop, every process reaped (target: at most 2 s) | {value['stop']} |",
+        f"| a one-rank error raised while the others wait in MPI (target: at most 10 s) | {value['one-rank error']} |",
+        f"| stop while the engines are stuck in a collective (target: at most 10 s) | {value['stop while stuck']} |",
     ])
 
 
