@@ -37,9 +37,10 @@ def torchrun_env(threads: int = 1) -> dict[str, str]:
 
 
 class TorchrunJob:
-    """`torchrun --standalone --nproc-per-node N [--max-restarts R] script args`, in its own session."""
+    """`torchrun --standalone --nproc-per-node N --max-restarts=R script args`; env: extra variables."""
 
-    def __init__(self, script, nproc: int, args=(), *, max_restarts: int = 0, timeout: float = 300):
+    def __init__(self, script, nproc: int, args=(), *, max_restarts: int = 0, timeout: float = 300,
+                 env: dict[str, str] | None = None):
         self.cmd = [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--standalone",
                     "--nproc-per-node", str(nproc), f"--max-restarts={max_restarts}", str(script), *map(str, args)]
         self.timeout = timeout
@@ -51,7 +52,7 @@ class TorchrunJob:
         self._t0 = time.monotonic()
         self._deadline = self._t0 + timeout
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env=torchrun_env(), start_new_session=True)
+                                     env={**torchrun_env(), **(env or {})}, start_new_session=True)
         self._readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.stdout, True), daemon=True),
                          threading.Thread(target=self._read, args=(self.proc.stderr, self.stderr, False), daemon=True)]
         for reader in self._readers:
