@@ -439,6 +439,21 @@ class Cluster:
             except (OSError, Exception):
                 pass
 
+    def cpu_seconds(self, ranks: list[int]) -> dict[int, float]:
+        """CPU seconds each rank's process has used so far, for the ranks on this node."""
+        import psutil
+
+        here = socket.gethostname()
+        found = {}
+        for info in self.ranks:
+            if info.rank in ranks and info.host == here:
+                try:
+                    t = psutil.Process(info.pid).cpu_times()
+                    found[info.rank] = t.user + t.system
+                except psutil.Error:
+                    pass
+        return found
+
     def stacks(self, ranks: list[int], timeout: float = 1.5) -> dict[int, str]:
         """Each rank's Python stacks, which it dumps on SIGUSR1 even when blocked in C; "" if unread."""
         if not self._stacks or not ranks:

@@ -92,10 +92,12 @@ def parse_stacks(text: str) -> list[list[tuple[str, int, str]]]:
     return threads
 
 
-def where_from_stacks(text: str, code: str | None = None) -> Where:
+def where_from_stacks(text: str, code: str | None = None, idle: bool = False) -> Where:
     """Describe where the thread that runs the user's code is, from a faulthandler dump.
 
     code: the cell the rank runs, to quote its lines (ipykernel keeps no file of it).
+    idle: the rank used (almost) no CPU lately. Inside backward or DDP that means it waits:
+    Gloo sleeps while it waits, for instance in DDP's all-reduce at the end of backward.
     """
     if not text:
         return Where("busy; its stack could not be read", None)
@@ -119,6 +121,13 @@ def where_from_stacks(text: str, code: str | None = None) -> Where:
         inner = user[0]
         if _MPI_CALL.search(_source(inner[0], inner[1], cell)):
             return Where(f"waiting in MPI at {_cell_or_file(inner[0], inner[1], cell)}", True)
+        # DDP all-reduces from C++ inside backward (and broadcasts inside its forward): no frame
+        # says so, but a rank that uses no CPU there is waiting for the other ranks.
+        ddp_may_wait = [f for f in user if "/torch/autograd/" in f[0] or "/torch/nn/parallel/" in f[0]
+                        or (f[0].endswith("torch/_tensor.py") and f[2] == "backward")]
+        if ddp_may_wait and idle:
+            return Where(f"idle inside torch's {ddp_may_wait[-1][2]}() (using no CPU: waiting, as DDP's "
+                         f"all-reduce in backward does), called at {here}", True)
         return Where(f"running {here}", False)
     return Where("busy, but its stack shows no user code", None)
 
@@ -194,7 +203,7 @@ class WatchedResult(AsyncResult):
     def _watch(self, deadline: float | None) -> None:
         """Wait until done or `deadline`; stop the cluster and raise if the task can never finish."""
         cluster = self._dplab_cluster
-        settled_at, next_look = None, None
+        settled_at, next_look, cpu = None, None, {}
         while deadline is None or time.monotonic() < deadline:
             try:
                 if AsyncResult.wait(self, 0.1):
@@ -213,14 +222,18 @@ class WatchedResult(AsyncResult):
             now = time.monotonic()
             if settled_at is None:
                 settled_at, next_look = now, now + cluster.settings.stuck_after
+                cpu = cluster.cpu_seconds(running)
             if now < next_look:
                 continue
-            where = self.where(running)
+            cpu_now = cluster.cpu_seconds(running)
+            wall = now - (next_look - cluster.settings.stuck_after)
+            idle = {r: r in cpu and r in cpu_now and cpu_now[r] - cpu[r] < 0.05 * wall for r in running}
+            where = self.where(running, idle)
             # After a failure, a rank we cannot see into counts as stuck; after a success, it does not.
             blocked = {r: w for r, w in where.items() if w.waiting or (failed and w.waiting is None)}
             if blocked and all(r in blocked for r in running):
                 self._give_up(failed, where, cluster.settings.stuck_after, interrupted=False)
-            next_look = now + cluster.settings.stuck_after
+            next_look, cpu = now + cluster.settings.stuck_after, cpu_now
 
     def _interrupt(self) -> None:
         """Send SIGINT to the running ranks; stop the cluster if they do not return."""
@@ -237,10 +250,11 @@ class WatchedResult(AsyncResult):
         failed = {t: describe_error(s) for t, s in states.items() if s not in (None, True)}
         self._give_up(failed, self.where(running), INTERRUPT_GRACE_S, interrupted=True)
 
-    def where(self, ranks: list[int]) -> dict:
-        """rank -> Where, for ranks still running this task."""
+    def where(self, ranks: list[int], idle: dict | None = None) -> dict:
+        """rank -> Where, for ranks still running this task; idle: rank -> used no CPU lately."""
         stacks = self._dplab_cluster.stacks(ranks)
-        return {r: where_from_stacks(stacks.get(r, ""), self._dplab_code) for r in ranks}
+        idle = idle or {}
+        return {r: where_from_stacks(stacks.get(r, ""), self._dplab_code, idle.get(r, False)) for r in ranks}
 
     def _give_up(self, failed: dict, where: dict, seconds: float, interrupted: bool):
         cluster = self._dplab_cluster
