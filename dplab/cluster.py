@@ -417,8 +417,12 @@ class Cluster:
 
     def restart(self) -> "Cluster":
         """Stop this cluster if it still runs, and start the same one again: same p, backend, device."""
-        global _running
         self.stop()
+        return self._start_alone()
+
+    def _start_alone(self) -> "Cluster":
+        """Stop the cluster this process started before, if any, then start this one in its place."""
+        global _running
         if _running is not None:
             _running.stop()
         self.start()
@@ -436,7 +440,7 @@ class Cluster:
                     os.kill(local[rank], getattr(signal, sig))
                 elif self.client is not None:
                     self.client.send_signal(sig, targets=[rank], block=False)
-            except (OSError, Exception):
+            except Exception:  # gone already: nothing to signal
                 pass
 
     def cpu_seconds(self, ranks: list[int]) -> dict[int, float]:
@@ -530,10 +534,5 @@ def start_cluster(
     Any cluster this process started before is stopped first. Use the handle as a context
     manager, or call ``.stop()``; it also stops at interpreter exit.
     """
-    global _running
     settings = resolve(p, backend, device, port, threads, timeout, debug, stuck_after)
-    if _running is not None:
-        _running.stop()
-    cluster = Cluster(settings, init_torch=init_torch).start()
-    _running = cluster
-    return cluster
+    return Cluster(settings, init_torch=init_torch)._start_alone()

@@ -59,3 +59,12 @@ def wait_until_gone(pids: set[int], timeout: float = 10.0) -> set[int]:
             pass
     _, alive = psutil.wait_procs(procs, timeout=timeout)
     return {p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE}
+
+
+@pytest.fixture
+def leaves_nothing():
+    """Fail if the test leaves a process running or a file of MPICH's in /dev/shm."""
+    before, shm = descendants(), set(os.listdir("/dev/shm"))
+    yield
+    assert wait_until_gone(descendants() - before, timeout=5) == set()
+    assert {f for f in set(os.listdir("/dev/shm")) - shm if f.startswith("mpich")} == set()

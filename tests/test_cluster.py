@@ -16,47 +16,39 @@ from conftest import descendants, cluster_processes, wait_until_gone
 
 # -- settings and bad input: all raised before any process starts ---------------
 
-@pytest.fixture
-def no_new_processes():
-    """Fail if the test leaves any new descendant process running."""
-    before = descendants()
-    yield
-    assert wait_until_gone(descendants() - before, timeout=5) == set()
-
-
 @pytest.mark.parametrize("n", [0, -1, "four", 2.5, None])
-def test_bad_engine_count_is_refused_before_start(n, monkeypatch, no_new_processes):
+def test_bad_engine_count_is_refused_before_start(n, monkeypatch, leaves_nothing):
     if n is None:
         n = cluster.max_engines() + 1
     with pytest.raises(ClusterError, match="engine count"):
         dplab.start_cluster(n)
 
 
-def test_bad_engine_count_from_environment_names_the_variable(monkeypatch, no_new_processes):
+def test_bad_engine_count_from_environment_names_the_variable(monkeypatch, leaves_nothing):
     monkeypatch.setenv("DPLAB_ENGINES", "zero")
     with pytest.raises(ClusterError, match="DPLAB_ENGINES"):
         dplab.start_cluster()
 
 
-def test_missing_mpiexec_says_how_to_fix(monkeypatch, tmp_path, no_new_processes):
+def test_missing_mpiexec_says_how_to_fix(monkeypatch, tmp_path, leaves_nothing):
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ClusterError, match=r"mpiexec not found: run `make setup`"):
         dplab.start_cluster(2)
 
 
-def test_nccl_without_gpus_is_refused(monkeypatch, no_new_processes):
+def test_nccl_without_gpus_is_refused(monkeypatch, leaves_nothing):
     monkeypatch.setattr(backend, "count_gpus", lambda: 0)
     with pytest.raises(dplab.BackendError, match="NCCL needs one GPU per rank"):
         dplab.start_cluster(2, backend="nccl")
 
 
-def test_unknown_backend_is_refused(no_new_processes):
+def test_unknown_backend_is_refused(leaves_nothing):
     with pytest.raises(dplab.BackendError, match="unknown backend"):
         dplab.start_cluster(2, backend="nccl2")
 
 
-def test_port_already_taken_is_refused(no_new_processes):
+def test_port_already_taken_is_refused(leaves_nothing):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
@@ -78,7 +70,7 @@ def test_environment_overrides_count_backend_device_and_port(monkeypatch):
 
 
 @pytest.mark.parametrize("threads", ["0", "-2", "two", "1.5"])
-def test_bad_thread_count_from_environment_is_refused_before_start(threads, monkeypatch, no_new_processes):
+def test_bad_thread_count_from_environment_is_refused_before_start(threads, monkeypatch, leaves_nothing):
     monkeypatch.setenv("DPLAB_THREADS", threads)
     with pytest.raises(ClusterError, match="DPLAB_THREADS"):
         dplab.start_cluster(2)
