@@ -3,4 +3,5 @@
 - `labcode.allreduce`: from labs/03_allreduce_algorithms.ipynb
 - `labcode.costmodel`: from labs/03_allreduce_algorithms.ipynb
 - `labcode.overlap`: from labs/04_ddp.ipynb
+- `labcode.transformer`: from labs/06_transformer_ddp.ipynb
 """
