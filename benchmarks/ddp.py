@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 
@@ -45,18 +44,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def launched_by_mpi() -> bool:
-    """True when this process is one rank of an MPI job (mpiexec or srun)."""
-    return any(k in os.environ for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"))
-
-
-def launch(args: argparse.Namespace) -> int:
-    """Start this script under `mpiexec -n ranks` and return its exit status."""
-    from dplab.mpi import run_job
-
-    return run_job(__file__, args.ranks, sys.argv[1:], timeout=1800, capture=False).returncode
-
-
 def run(args: argparse.Namespace) -> None:
     """Time every configuration on every rank; rank 0 prints the table."""
     import torch
@@ -64,7 +51,7 @@ def run(args: argparse.Namespace) -> None:
 
     from dplab import engine
     from dplab.mpi import job_port
-    from dplab.timing import interleaved, machine
+    from dplab.timing import machine, ranks_interleaved
     from dplab.models import gradient_bytes, mlp
     from labcode.overlap import CAPS, WIDE_MLP, make_step  # Lab 4's own code
 
@@ -79,18 +66,8 @@ def run(args: argparse.Namespace) -> None:
     kinds.update({f"hook overlap {c} MiB": ("hook", c) for c in CAPS})
     kinds.update({f"DDP bucket_cap_mb={c}": ("ddp", c) for c in CAPS})
     configs = {name: make_step(kind, x, y, device, cap)[1] for name, (kind, cap) in kinds.items()}
-    sync = torch.cuda.synchronize if device.type == "cuda" else None
-
-    def start(name: str) -> None:  # untimed: every rank starts together, the GPU idle
-        dist.barrier()
-        if sync:
-            sync()
-
-    times = interleaved(configs, args.repeats, warmup=args.warmup, before=start, sync=sync)
-    # A step is as slow as its slowest rank: take the max over ranks, then the median over repeats.
-    table = torch.tensor([times[name].tolist() for name in configs], dtype=torch.float64, device=device)
-    dist.all_reduce(table, op=dist.ReduceOp.MAX)
-    med = {name: statistics.median(row) for name, row in zip(configs, table.cpu().tolist())}
+    # A step is as slow as its slowest rank: the max over ranks, then the median over repeats.
+    med = ranks_interleaved(configs, args.repeats, args.warmup, device)
     if rank == 0:
         base = med["no overlap"]
         mb = gradient_bytes(mlp(sizes=WIDE_MLP)) / 2**20
@@ -115,11 +92,10 @@ def run(args: argparse.Namespace) -> None:
 
 def main(argv=None) -> int:
     """Launch the ranks, or be one of them."""
+    from dplab.mpi import launch_or_run
+
     args = parse_args(argv)
-    if not launched_by_mpi():
-        return launch(args)
-    run(args)
-    return 0
+    return launch_or_run(__file__, args.ranks, run, args)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 
@@ -41,18 +40,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def launched_by_mpi() -> bool:
-    """True when this process is one rank of an MPI job (mpiexec or srun)."""
-    return any(k in os.environ for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"))
-
-
-def launch(args: argparse.Namespace) -> int:
-    """Start this script under `mpiexec -n ranks` and return its exit status."""
-    from dplab.mpi import run_job
-
-    return run_job(__file__, args.ranks, sys.argv[1:], timeout=1800, capture=False).returncode
-
-
 def run(args: argparse.Namespace) -> None:
     """Time every configuration on every rank; rank 0 prints the table."""
     import torch
@@ -62,7 +49,7 @@ def run(args: argparse.Namespace) -> None:
 
     from dplab import engine
     from dplab.mpi import job_port
-    from dplab.timing import interleaved, machine
+    from dplab.timing import machine, ranks_interleaved
     from labcode import transformer as lab  # Lab 6's own code
 
     cuda = os.environ.get("DPLAB_DEVICE", "cpu") == "cuda"
@@ -95,17 +82,7 @@ def run(args: argparse.Namespace) -> None:
         configs[f"q={q} autocast"] = config(q, amp)
         if q > 1:
             configs[f"q={q} autocast + hook"] = config(q, amp, lab.compress_hook(torch.bfloat16))
-    sync = torch.cuda.synchronize if device.type == "cuda" else None
-
-    def start(name: str) -> None:  # untimed: every rank starts together, the GPU idle
-        dist.barrier()
-        if sync:
-            sync()
-
-    times = interleaved(configs, args.repeats, warmup=args.warmup, before=start, sync=sync)
-    table = torch.tensor([times[name].tolist() for name in configs], dtype=torch.float64, device=device)
-    dist.all_reduce(table, op=dist.ReduceOp.MAX)   # a step is as slow as its slowest rank
-    med = {name: statistics.median(row) for name, row in zip(configs, table.cpu().tolist())}
+    med = ranks_interleaved(configs, args.repeats, args.warmup, device)   # slowest rank, median of repeats
     if rank == 0:
         steps = -(-lab.N_TRAIN // lab.GLOBAL_BATCH)
         print(f"# Transformer DDP benchmark: Lab 6's model, global batch {lab.GLOBAL_BATCH} sequences "
@@ -128,11 +105,10 @@ def run(args: argparse.Namespace) -> None:
 
 def main(argv=None) -> int:
     """Launch the ranks, or be one of them."""
+    from dplab.mpi import launch_or_run
+
     args = parse_args(argv)
-    if not launched_by_mpi():
-        return launch(args)
-    run(args)
-    return 0
+    return launch_or_run(__file__, args.ranks, run, args)
 
 
 if __name__ == "__main__":

@@ -38,3 +38,17 @@ def run_job(script: str | os.PathLike, p: int, args=(), *, timeout: float, captu
         raise TimeoutError(f"mpiexec -n {p} {Path(script).name} did not finish in {timeout:g} s; "
                            "its processes were killed") from None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def launched_by_mpi() -> bool:
+    """True when this process is one rank of an MPI job (mpiexec or srun)."""
+    return any(k in os.environ for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"))
+
+
+def launch_or_run(script: str | os.PathLike, ranks: int, run, args, timeout: float = 1800) -> int:
+    """A benchmark's main: inside an MPI job, call run(args) on this rank; otherwise start
+    `mpiexec -n ranks script` with this process's arguments and return its exit status."""
+    if launched_by_mpi():
+        run(args)
+        return 0
+    return run_job(script, ranks, sys.argv[1:], timeout=timeout, capture=False).returncode

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import platform
+import statistics
 import time
 from typing import Callable
 
@@ -65,3 +66,23 @@ def machine() -> str:
     except OSError:
         pass
     return f"{os.cpu_count()}-core {cpu}, {platform.system()}"
+
+
+def ranks_interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup: int, device) -> dict[str, float]:
+    """`interleaved` on every rank of the default process group, each step started together
+    (barrier, then a CUDA sync on a GPU); a step costs what its slowest rank took, and the
+    result is the median of those over the repeats."""
+    import torch
+    import torch.distributed as dist
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+
+    def start(name: str) -> None:  # untimed: every rank starts together, the GPU idle
+        dist.barrier()
+        if sync:
+            sync()
+
+    times = interleaved(fns, repeats, warmup=warmup, before=start, sync=sync)
+    table = torch.tensor([times[name].tolist() for name in fns], dtype=torch.float64, device=device)
+    dist.all_reduce(table, op=dist.ReduceOp.MAX)
+    return {name: statistics.median(row) for name, row in zip(fns, table.cpu().tolist())}
