@@ -124,11 +124,26 @@ def test_two_clusters_at_once_get_different_ports(tmp_path):
     assert other.returncode == 0
 
 
-def test_requested_thread_count_reaches_every_rank(monkeypatch):
-    monkeypatch.setenv("DPLAB_THREADS", "3")
+def test_requested_thread_count_reaches_every_rank_and_oversubscribed_threads_wait_passively(monkeypatch):
+    cores = os.cpu_count()
+    monkeypatch.setenv("DPLAB_THREADS", str(cores))  # 2 ranks x all cores: more threads than cores
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     with dplab.start_cluster(2) as c:
-        c.view.execute("import torch; n_threads = torch.get_num_threads()")
-        assert c.view["n_threads"] == [3, 3]
+        c.view.execute("import os, torch; n_threads = torch.get_num_threads(); "
+                       "policy = os.environ.get('OMP_WAIT_POLICY')")
+        assert c.view["n_threads"] == [cores, cores]
+        assert c.view["policy"] == ["PASSIVE", "PASSIVE"]
+
+
+def test_openmp_waits_passively_only_when_threads_outnumber_cores(monkeypatch):
+    cores = os.cpu_count()
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert cluster.engine_environment(cores, None) == {}  # one thread per rank: nothing to spin
+    assert cluster.engine_environment(1, cores) == {}
+    assert cluster.engine_environment(cores + 1, None) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert cluster.engine_environment(2, cores) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's choice wins
+    assert cluster.engine_environment(2, cores) == {}
 
 
 def test_requested_port_is_used():
