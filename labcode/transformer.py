@@ -150,6 +150,18 @@ def exact_match(model, numbers, device):
 
 
 # From labs/06_transformer_ddp.ipynb, section "3. The training step: Noam, clipping, mixed precision".
+D_MODEL = 64                        # the lab's Noam schedule: d, w and the factor f
+
+
+# From labs/06_transformer_ddp.ipynb, section "3. The training step: Noam, clipping, mixed precision".
+WARMUP = 25
+
+
+# From labs/06_transformer_ddp.ipynb, section "3. The training step: Noam, clipping, mixed precision".
+NOAM_FACTOR = 0.25
+
+
+# From labs/06_transformer_ddp.ipynb, section "3. The training step: Noam, clipping, mixed precision".
 def noam(step, d_model, warmup, factor=1.0):
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
@@ -167,7 +179,7 @@ def amp_dtype_for(device):
 
 # From labs/06_transformer_ddp.ipynb, section "3. The training step: Noam, clipping, mixed precision".
 def make_adamw(model, lr=1.0):
-    return torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
 
 
 # From labs/06_transformer_ddp.ipynb, section "3. The training step: Noam, clipping, mixed precision".
