@@ -3,5 +3,6 @@
 - `labcode.allreduce`: from labs/03_allreduce_algorithms.ipynb
 - `labcode.costmodel`: from labs/03_allreduce_algorithms.ipynb
 - `labcode.overlap`: from labs/04_ddp.ipynb
+- `labcode.sharding`: from labs/07_sharding.ipynb
 - `labcode.transformer`: from labs/06_transformer_ddp.ipynb
 """

@@ -1,0 +1,52 @@
+"""ZeRO/FSDP memory formulas, ZeRO-1 by hand against Adam, and the collective counter."""
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from dplab.mpi import run_job
+from dplab.traffic import count_collectives
+from labcode.sharding import STAGES, model_state_bytes
+
+from conftest import rank_lines
+
+HERE = os.path.dirname(__file__)
+
+
+def test_seven_billion_parameters_need_112_gb_under_ddp_and_a_sixteenth_per_rank_fully_sharded():
+    assert model_state_bytes(7e9) == 112e9
+    assert model_state_bytes(7e9, 8, 1) == 28e9 + 12 * 7e9 / 8
+    assert model_state_bytes(7e9, 8, 2) == 14e9 + 14 * 7e9 / 8
+    assert model_state_bytes(7e9, 8, 3) == 14e9
+    assert all(model_state_bytes(1e6, 1, s) == model_state_bytes(1e6) for s in STAGES)  # p = 1: nothing to shard
+
+
+def test_unknown_stage_is_refused():
+    with pytest.raises(ValueError, match="stage must be one of"):
+        model_state_bytes(1e6, 4, stage=4)
+
+
+def test_counter_records_each_collective_with_its_full_buffer_and_restores_torch(tmp_path):
+    originals = (dist.all_reduce, dist.reduce_scatter_single, dist.all_gather_single)
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        with count_collectives() as calls:
+            t = torch.ones(6)
+            dist.all_reduce(t)
+            out = torch.empty(6, dtype=torch.float64)
+            dist.reduce_scatter_single(out, torch.ones(6, dtype=torch.float64))
+            dist.all_gather_single(torch.empty(3), torch.ones(3))
+    finally:
+        dist.destroy_process_group()
+    assert [(c.kind, c.nbytes, c.ranks) for c in calls] == [
+        ("all_reduce", 24, 1), ("reduce_scatter", 48, 1), ("all_gather", 12, 1)]
+    assert (dist.all_reduce, dist.reduce_scatter_single, dist.all_gather_single) == originals
+
+
+def test_zero1_by_hand_equals_ddp_adam_shards_its_state_and_sends_two_collectives_under_mpiexec():
+    out = run_job(os.path.join(HERE, "mpi", "check_sharding.py"), 3, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = rank_lines(out.stdout, r"rank \d+: same \w+ state \w+ calls \w+ hooked \w+ sizes \w+")
+    assert lines == [f"rank {r}: same True state True calls True hooked True sizes True" for r in range(3)], \
+        out.stdout + out.stderr
