@@ -48,6 +48,12 @@ def test_export_refuses_code_that_uses_an_engine_global(tmp_path):
         export_labs.collect(sorted(tmp_path.glob("*.ipynb")))
 
 
+def test_export_refuses_constants_assigned_together_instead_of_skipping_them(tmp_path):
+    write_lab(tmp_path, ("code", "#| export: demo\nA, B = 1, 2\ndef one():\n    return A"))
+    with pytest.raises(export_labs.ExportError, match=r"cell 0 assigns A, B in one statement.*one assignment per line"):
+        export_labs.collect(sorted(tmp_path.glob("*.ipynb")))
+
+
 def test_check_fails_when_labcode_was_edited_by_hand(tmp_path):
     write_lab(tmp_path, ("code", "#| export: demo\ndef one():\n    return 1"))
     out = tmp_path / "pkg"

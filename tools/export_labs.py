@@ -129,7 +129,15 @@ def collect(labs: list[Path]) -> dict[str, Module]:
             if lab.name not in mod.labs:
                 mod.labs.append(lab.name)
             lines = code.splitlines()
-            nodes = [n for n in ast.parse(code).body if _exported(n)]
+            tree = ast.parse(code)
+            unpacked = [t for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+                        if isinstance(t, (ast.Tuple, ast.List))
+                        and any(isinstance(e, ast.Name) and e.id.isupper() for e in t.elts)]
+            if unpacked:
+                names = ", ".join(ast.unparse(e) for e in unpacked[0].elts)
+                raise ExportError(f"{where} assigns {names} in one statement, which the "
+                                  "export cannot take apart: write one assignment per line")
+            nodes = [n for n in tree.body if _exported(n)]
             if not nodes:
                 raise ExportError(f"{where} is marked for export but defines no function, class or UPPER_CASE constant")
             bound, loaded = _bound_and_loaded(nodes)
