@@ -33,15 +33,17 @@ import argparse
 import os
 import sys
 
+from dplab.timing import timing_arguments
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Command-line options."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ranks", type=int, default=2, help="p when this script starts mpiexec itself (default 2)")
     ap.add_argument("--batch", type=int, default=64, help="per-rank batch B (default 64)")
-    ap.add_argument("--repeats", type=int, default=15, help="timed steps per configuration (default 15)")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed steps per configuration (default 3)")
-    return ap.parse_args(argv)
+    args = timing_arguments(ap, ranks=2, argv=argv)
+    if args.batch < 1:
+        ap.error("--batch must be at least 1")
+    return args
 
 
 def run(args: argparse.Namespace) -> None:

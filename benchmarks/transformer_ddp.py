@@ -27,17 +27,13 @@ import argparse
 import os
 import sys
 
+from dplab.timing import timing_arguments
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Command-line options."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ranks", type=int, default=4, help="ranks when this script starts mpiexec itself (default 4)")
-    ap.add_argument("--repeats", type=int, default=15, help="timed steps per configuration (default 15)")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed steps per configuration (default 3)")
-    args = ap.parse_args(argv)
-    if args.ranks < 1 or args.repeats < 1 or args.warmup < 0:
-        ap.error("--ranks and --repeats must be at least 1, --warmup at least 0")
-    return args
+    return timing_arguments(ap, ranks=4, argv=argv)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -1,6 +1,8 @@
 """dplab.timing: the interleaved loop that labs and benchmarks share."""
 import time
 
+import pytest
+
 from dplab.timing import interleaved, time_repeats
 
 
@@ -25,3 +27,16 @@ def test_before_and_after_are_not_timed_but_sync_is():
 def test_time_repeats_times_one_function():
     t = time_repeats(lambda: time.sleep(0.01), repeats=4, warmup=1)
     assert t.shape == (4,) and t.min() >= 0.01
+
+
+def test_timing_arguments_refuse_impossible_counts_before_anything_starts(capsys):
+    import argparse
+
+    from dplab.timing import timing_arguments
+
+    args = timing_arguments(argparse.ArgumentParser(), ranks=3, argv=["--repeats", "2"])
+    assert (args.ranks, args.repeats, args.warmup) == (3, 2, 3)
+    for bad in (["--ranks", "0"], ["--repeats", "0"], ["--warmup", "-1"]):
+        with pytest.raises(SystemExit):
+            timing_arguments(argparse.ArgumentParser(), ranks=3, argv=bad)
+        assert "must be at least" in capsys.readouterr().err
