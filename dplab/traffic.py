@@ -6,6 +6,7 @@ all-reduce is issued from C++ and bypasses the wrappers: register `counting_allr
 as its comm hook instead. Each record says which collective, how many bytes its *full* buffer
 holds (the all-reduced tensor, the reduce-scatter input, the all-gather output) and how many
 ranks took part. What a rank then sends depends on the algorithm (see labcode.costmodel).
+`collectives_of(step, model)` does either, whichever the model needs, for one call of a step.
 """
 from __future__ import annotations
 
@@ -81,3 +82,18 @@ def counting_allreduce_hook(calls: list[Collective]):
         return allreduce_hook(group, bucket)
 
     return hook
+
+
+def collectives_of(step, model=None) -> list[Collective]:
+    """The collectives one call of step() issues. Pass the model when it is a DDP model: its
+    all-reduces are then counted by a comm hook, which DDP lets a model register only once."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel):
+        calls: list[Collective] = []
+        model.register_comm_hook(model.process_group, counting_allreduce_hook(calls))
+        step()
+        return list(calls)  # the hook stays and goes on recording later steps: not into this list
+    with count_collectives() as calls:
+        step()
+    return calls

@@ -2,11 +2,18 @@
 
 Change the lab, then run `python tools/export_labs.py`; a test fails while the two differ.
 """
+import labcode.costmodel as cm
+import math
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+from torch.distributed._tools.mem_tracker import MemTracker
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.nn.utils import vector_to_parameters
 
 
@@ -67,9 +74,9 @@ class ZeRO1Adam:
         for q in self.params:
             q.grad = None
 
-    def state_bytes(self):
-        # Bytes of Adam's per-value state (momentum and variance) this rank holds.
-        return sum(t.numel() * t.element_size() for t in self.opt.state[self.shard].values() if t.dim() > 0)
+
+# From labs/07_sharding.ipynb, section "3. ZeRO-1 and FSDP train what DDP trains".
+METHODS = ("DDP", "ZeRO-1", "FSDP")
 
 
 # From labs/07_sharding.ipynb, section "3. ZeRO-1 and FSDP train what DDP trains".
@@ -79,3 +86,76 @@ def shard_units(model, mesh, reshard_after_forward=True):
         if isinstance(layer, nn.Linear):
             fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward)
     return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
+
+
+# From labs/07_sharding.ipynb, section "3. ZeRO-1 and FSDP train what DDP trains".
+def prepare(method, model, lr, group=None):
+    # The model and Adam optimizer `method` trains with on a process group (None: every rank).
+    device = next(model.parameters()).device
+    if method == "DDP":
+        ids = [device.index] if device.type == "cuda" else None
+        model = DDP(model, device_ids=ids, process_group=group)
+        return model, torch.optim.Adam(model.parameters(), lr=lr)
+    if method == "ZeRO-1":
+        return model, ZeRO1Adam(model.parameters(), group=group, lr=lr)
+    if method == "FSDP":
+        model = shard_units(model, DeviceMesh.from_group(group or dist.group.WORLD, device.type))
+        return model, torch.optim.Adam(model.parameters(), lr=lr)
+    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+
+
+# From labs/07_sharding.ipynb, section "4. Optimizer state: 1/p of it per rank".
+def local(t):
+    # This rank's shard of a DTensor (FSDP2's parameters), or the tensor itself.
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+# From labs/07_sharding.ipynb, section "4. Optimizer state: 1/p of it per rank".
+def optimizer_state_bytes(opt):
+    # Bytes of the optimizer's per-value state (Adam's momentum and variance) on this rank.
+    opt = getattr(opt, "opt", opt)                     # ZeRO1Adam keeps its Adam in .opt
+    return sum(local(t).numel() * local(t).element_size()
+               for state in opt.state.values() for t in state.values() if t.dim() > 0)
+
+
+# From labs/07_sharding.ipynb, section "4. Optimizer state: 1/p of it per rank".
+def fsdp_shard_numel(shapes, ranks, rank=None):
+    # Values FSDP2 keeps on `rank` of parameters of these shapes: ⌈rows/p⌉ rows of each, as
+    # torch.chunk splits them, the last ranks fewer; rank=None gives the padded ⌈rows/p⌉ shard.
+    total = 0
+    for s in shapes:
+        chunk = -(-s[0] // ranks)
+        rows_here = chunk if rank is None else max(0, min(chunk, s[0] - rank * chunk))
+        total += rows_here * math.prod(s[1:])
+    return total
+
+
+# From labs/07_sharding.ipynb, section "5. Bytes on the wire".
+def sent_bytes(calls):
+    # What a rank sends under the ring for these collectives: half an all-reduce for a RS or AG.
+    half = {"all_reduce": 1.0, "reduce_scatter": 0.5, "all_gather": 0.5}
+    return sum(cm.cost("ring", c.nbytes, c.ranks).wire_bytes * half[c.kind] for c in calls)
+
+
+# From labs/07_sharding.ipynb, section "6. Memory per rank".
+def held_bytes(model, opt):
+    # Bytes of parameters, gradients and optimizer state this rank holds (FSDP's: its shards).
+    ps = list(model.parameters())
+    return {"params": sum(local(q).numel() * local(q).element_size() for q in ps),
+            "grads": sum(local(q.grad).numel() * local(q.grad).element_size()
+                         for q in ps if q.grad is not None),
+            "optimizer": optimizer_state_bytes(opt)}
+
+
+# From labs/07_sharding.ipynb, section "6. Memory per rank".
+def peak_bytes(model, opt, step):
+    # The most bytes of tensors alive at once during step(), from PyTorch's memory trackers.
+    inner = getattr(opt, "opt", opt)                   # ZeRO1Adam keeps its Adam in .opt
+    if isinstance(model, FSDPModule):
+        tracker = FSDPMemTracker(model, inner)
+    else:
+        tracker = MemTracker()
+        tracker.track_external(model, inner)
+    with tracker:
+        step()
+    return next(iter(tracker.get_tracker_snapshot("peak").values()))["Total"]

@@ -50,3 +50,26 @@ def test_zero1_by_hand_equals_ddp_adam_shards_its_state_and_sends_two_collective
     lines = rank_lines(out.stdout, r"rank \d+: same \w+ state \w+ calls \w+ hooked \w+ sizes \w+")
     assert lines == [f"rank {r}: same True state True calls True hooked True sizes True" for r in range(3)], \
         out.stdout + out.stderr
+
+
+def test_collectives_of_sees_ddp_buckets_through_a_hook_and_later_steps_do_not_change_its_list(tmp_path):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from dplab.models import mlp
+    from dplab.traffic import collectives_of
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        model = DDP(mlp(sizes=(6, 4, 2)))
+        x = torch.randn(3, 6)
+
+        def step():
+            model.zero_grad()
+            model(x).sum().backward()
+        calls = collectives_of(step, model)
+        step()
+        plain = collectives_of(lambda: dist.all_reduce(torch.ones(5)))
+    finally:
+        dist.destroy_process_group()
+    psi = 6 * 4 + 4 + 4 * 2 + 2
+    assert [(c.kind, c.nbytes, c.ranks) for c in calls] == [("all_reduce", 4 * psi, 1)]
+    assert [(c.kind, c.nbytes) for c in plain] == [("all_reduce", 20)]
