@@ -68,8 +68,9 @@ def machine() -> str:
     return f"{os.cpu_count()}-core {cpu}, {platform.system()}"
 
 
-def ranks_interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup: int, device) -> dict[str, float]:
-    """`interleaved` on every rank of the default process group, each step started together
+def ranks_interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup: int, device,
+                      group=None) -> dict[str, float]:
+    """`interleaved` on every rank of a process group (default: all), each step started together
     (barrier, then a CUDA sync on a GPU); a step costs what its slowest rank took, and the
     result is the median of those over the repeats."""
     import torch
@@ -78,13 +79,13 @@ def ranks_interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup
     sync = torch.cuda.synchronize if device.type == "cuda" else None
 
     def start(name: str) -> None:  # untimed: every rank starts together, the GPU idle
-        dist.barrier()
+        dist.barrier(group=group)
         if sync:
             sync()
 
     times = interleaved(fns, repeats, warmup=warmup, before=start, sync=sync)
     table = torch.tensor([times[name].tolist() for name in fns], dtype=torch.float64, device=device)
-    dist.all_reduce(table, op=dist.ReduceOp.MAX)
+    dist.all_reduce(table, op=dist.ReduceOp.MAX, group=group)
     return {name: statistics.median(row) for name, row in zip(fns, table.cpu().tolist())}
 
 
