@@ -22,7 +22,8 @@ STRAGGLER_D = 0.030                  # seconds that a straggling rank sleeps
 
 # From labs/08_stragglers.ipynb, section "1. The straggler and its model".
 def straggler_delay(rank, step, q=STRAGGLER_Q, d=STRAGGLER_D, seed=0):
-    # The delay injected on `rank` in `step`: d with probability q, else 0, the same in every run.
+    # The delay injected on `rank` in `step`: d with probability q, else 0, the same
+    # in every run.
     return d if np.random.default_rng([seed, rank, step]).random() < q else 0.0
 
 
@@ -42,7 +43,8 @@ def expected_step_time(c, p, q, d, k=0):
 
 # From labs/08_stragglers.ipynb, section "1. The straggler and its model".
 def step_time_quantile(c, p, q, d, u, k=0):
-    # The u-quantile of the step time: c + d once the chance of a delayed step exceeds 1 - u.
+    # The u-quantile of the step time: c + d once the chance of a delayed step
+    # exceeds 1 - u.
     return c + (d if p_step_delayed(p, q, k) > 1.0 - u else 0.0)
 
 
@@ -53,8 +55,9 @@ def flat_grad(model):
 
 # From labs/08_stragglers.ipynb, section "2. A synchronous step, with and without the straggler".
 def sync_sgd_step(model, x, y, lr, weight, delay=0.0):
-    # One synchronous SGD step: local gradient, the injected sleep, all-reduce of the weighted
-    # gradients (weight = this rank's share of the global batch), update. Returns the local loss.
+    # One synchronous SGD step: local gradient, the injected sleep, all-reduce of the
+    # weighted gradients (weight = this rank's share of the global batch), update.
+    # Returns the local loss.
     model.zero_grad()
     loss = F.cross_entropy(model(x), y)
     loss.backward()
@@ -69,8 +72,9 @@ def sync_sgd_step(model, x, y, lr, weight, delay=0.0):
 
 # From labs/08_stragglers.ipynb, section "3. Local SGD: average every H steps".
 def local_sgd_step(model, x, y, lr, step, H, weight, delay=0.0):
-    # One local SGD step; after every H-th step the parameters become their weighted mean over
-    # ranks (weight = this rank's share of the global batch). Returns the local loss.
+    # One local SGD step; after every H-th step the parameters become their weighted
+    # mean over ranks (weight = this rank's share of the global batch). Returns the
+    # local loss.
     model.zero_grad()
     loss = F.cross_entropy(model(x), y)
     loss.backward()
@@ -98,18 +102,21 @@ PS_STOP = 13                         # server -> worker: no more work
 
 # From labs/08_stragglers.ipynb, section "4. An asynchronous parameter server".
 def ps_server(comm, w, lr, updates, wait_for=None, every=1, staleness_aware=False):
-    # Rank 0: hold the parameters w (float64) and apply the gradients that ranks 1..p-1 push.
-    # wait_for=None: asynchronous, every gradient applied on arrival (scaled by 1/(1+staleness)
-    # if staleness_aware); wait_for=m: synchronous, the mean of the first m gradients computed
-    # on the current version, later ones dropped. Stops after `updates` updates.
+    # Rank 0: hold the parameters w (float64) and apply the gradients that ranks
+    # 1..p-1 push. wait_for=None: asynchronous, every gradient applied on arrival
+    # (scaled by 1/(1+staleness) if staleness_aware); wait_for=m: synchronous, the mean
+    # of the first m gradients computed on the current version, later ones dropped.
+    # Stops after `updates` updates.
     from mpi4py import MPI
     workers = comm.Get_size() - 1
     out = np.empty(w.size + 1)
     msg = np.empty(w.size + 2)
     status = MPI.Status()
     version = 0
-    log = []                         # (seconds, worker, seq, version computed on, version now, used)
-    history = [(0.0, 0, w.copy())]   # (seconds, version, parameters) every `every` updates
+    # (seconds, worker, seq, version computed on, version now, used)
+    log = []
+    # (seconds, version, parameters) every `every` updates
+    history = [(0.0, 0, w.copy())]
     t0 = time.perf_counter()
 
     def reply(dest, tag):
@@ -137,10 +144,10 @@ def ps_server(comm, w, lr, updates, wait_for=None, every=1, staleness_aware=Fals
             else:
                 reply(src, PS_STOP)
                 active.discard(src)
-        elif used < version:                        # synchronous, stale: drop, send the news
+        elif used < version:                        # synchronous, stale: drop it
             log.append((now, src, seq, used, version, False))
             reply(src, PS_PARAMS)
-        else:                                       # synchronous, current: wait for m of them
+        else:                                       # synchronous, current: keep it
             log.append((now, src, seq, used, version, True))
             pending.append(msg[2:].copy())
             waiting.append(src)
@@ -155,10 +162,11 @@ def ps_server(comm, w, lr, updates, wait_for=None, every=1, staleness_aware=Fals
                 waiting, pending = [], []
         if version % every == 0 and history[-1][1] != version:
             history.append((time.perf_counter() - t0, version, w.copy()))
-    while active:                                   # workers still computing: drop, then stop
+    while active:                                   # still computing: drop, stop
         comm.Recv(msg, source=MPI.ANY_SOURCE, tag=PS_GRAD, status=status)
         src = status.Get_source()
-        log.append((time.perf_counter() - t0, src, int(msg[1]), int(msg[0]), version, False))
+        now = time.perf_counter() - t0
+        log.append((now, src, int(msg[1]), int(msg[0]), version, False))
         reply(src, PS_STOP)
         active.discard(src)
     return {"log": log, "history": history, "seconds": time.perf_counter() - t0}
@@ -166,8 +174,9 @@ def ps_server(comm, w, lr, updates, wait_for=None, every=1, staleness_aware=Fals
 
 # From labs/08_stragglers.ipynb, section "4. An asynchronous parameter server".
 def ps_worker(comm, model, batch, delay):
-    # Ranks 1..p-1: pull parameters from rank 0, push one gradient per pull, until told to stop.
-    # batch(i) -> (x, y) of this worker's i-th gradient; delay(i) -> seconds to sleep first.
+    # Ranks 1..p-1: pull parameters from rank 0, push one gradient per pull, until
+    # told to stop. batch(i) -> (x, y) of this worker's i-th gradient; delay(i) ->
+    # seconds to sleep before pushing it.
     # Returns how many gradients it pushed and their float64 sum.
     from mpi4py import MPI
     params = list(model.parameters())
