@@ -1,0 +1,204 @@
+"""Generated from labs/08_stragglers.ipynb by tools/export_labs.py: do not edit.
+
+Change the lab, then run `python tools/export_labs.py`; a test fails while the two differ.
+"""
+import math
+import numpy as np
+import time
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.utils import parameters_to_vector
+from torch.nn.utils import vector_to_parameters
+
+
+# From labs/08_stragglers.ipynb, section "1. The straggler and its model".
+STRAGGLER_Q = 0.1                    # probability that a rank straggles in a step
+
+
+# From labs/08_stragglers.ipynb, section "1. The straggler and its model".
+STRAGGLER_D = 0.030                  # seconds that a straggling rank sleeps
+
+
+# From labs/08_stragglers.ipynb, section "1. The straggler and its model".
+def straggler_delay(rank, step, q=STRAGGLER_Q, d=STRAGGLER_D, seed=0):
+    # The delay injected on `rank` in `step`: d with probability q, else 0, the same
+    # in every run.
+    return d if np.random.default_rng([seed, rank, step]).random() < q else 0.0
+
+
+# From labs/08_stragglers.ipynb, section "1. The straggler and its model".
+def p_step_delayed(p, q, k=0):
+    # P(more than k of p independent ranks straggle): with k = 0, P(the step waits d).
+    j = np.arange(k + 1)
+    comb = np.array([math.comb(p, int(i)) for i in j], dtype=float)
+    return float(1.0 - np.sum(comb * q**j * (1.0 - q) ** (p - j)))
+
+
+# From labs/08_stragglers.ipynb, section "1. The straggler and its model".
+def expected_step_time(c, p, q, d, k=0):
+    # E[c + the (k+1)-th largest of p delays]: the expected maximum when k = 0.
+    return c + d * p_step_delayed(p, q, k)
+
+
+# From labs/08_stragglers.ipynb, section "1. The straggler and its model".
+def step_time_quantile(c, p, q, d, u, k=0):
+    # The u-quantile of the step time: c + d once the chance of a delayed step
+    # exceeds 1 - u.
+    return c + (d if p_step_delayed(p, q, k) > 1.0 - u else 0.0)
+
+
+# From labs/08_stragglers.ipynb, section "2. A synchronous step, with and without the straggler".
+def flat_grad(model):
+    return torch.cat([q.grad.reshape(-1) for q in model.parameters()])
+
+
+# From labs/08_stragglers.ipynb, section "2. A synchronous step, with and without the straggler".
+def sync_sgd_step(model, x, y, lr, weight, delay=0.0):
+    # One synchronous SGD step: local gradient, the injected sleep, all-reduce of the
+    # weighted gradients (weight = this rank's share of the global batch), update.
+    # Returns the local loss.
+    model.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    time.sleep(delay)
+    g = flat_grad(model) * weight
+    dist.all_reduce(g)
+    with torch.no_grad():
+        w = parameters_to_vector(model.parameters()) - lr * g
+        vector_to_parameters(w, model.parameters())
+    return loss.item()
+
+
+# From labs/08_stragglers.ipynb, section "3. Local SGD: average every H steps".
+def local_sgd_step(model, x, y, lr, step, H, weight, delay=0.0):
+    # One local SGD step; after every H-th step the parameters become their weighted
+    # mean over ranks (weight = this rank's share of the global batch). Returns the
+    # local loss.
+    model.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    time.sleep(delay)
+    with torch.no_grad():
+        w = parameters_to_vector(model.parameters()) - lr * flat_grad(model)
+        if (step + 1) % H == 0:
+            w = w * weight
+            dist.all_reduce(w)
+        vector_to_parameters(w, model.parameters())
+    return loss.item()
+
+
+# From labs/08_stragglers.ipynb, section "4. An asynchronous parameter server".
+PS_GRAD = 11                         # tags: worker -> server gradient,
+
+
+# From labs/08_stragglers.ipynb, section "4. An asynchronous parameter server".
+PS_PARAMS = 12                       # server -> worker parameters,
+
+
+# From labs/08_stragglers.ipynb, section "4. An asynchronous parameter server".
+PS_STOP = 13                         # server -> worker: no more work
+
+
+# From labs/08_stragglers.ipynb, section "4. An asynchronous parameter server".
+def ps_server(comm, w, lr, updates, wait_for=None, every=1, staleness_aware=False):
+    # Rank 0: hold the parameters w (float64) and apply the gradients that ranks
+    # 1..p-1 push. wait_for=None: asynchronous, every gradient applied on arrival
+    # (scaled by 1/(1+staleness) if staleness_aware); wait_for=m: synchronous, the mean
+    # of the first m gradients computed on the current version, later ones dropped.
+    # Stops after `updates` updates.
+    from mpi4py import MPI
+    workers = comm.Get_size() - 1
+    out = np.empty(w.size + 1)
+    msg = np.empty(w.size + 2)
+    status = MPI.Status()
+    version = 0
+    # (seconds, worker, seq, version computed on, version now, used)
+    log = []
+    # (seconds, version, parameters) every `every` updates
+    history = [(0.0, 0, w.copy())]
+    t0 = time.perf_counter()
+
+    def reply(dest, tag):
+        out[0] = version
+        out[1:] = w
+        comm.Send(out if tag == PS_PARAMS else out[:1], dest=dest, tag=tag)
+
+    issued = min(workers, updates) if wait_for is None else workers
+    for j in range(1, workers + 1):
+        reply(j, PS_PARAMS if j <= issued else PS_STOP)
+    active = set(range(1, issued + 1))
+    waiting, pending = [], []
+    while version < updates:
+        comm.Recv(msg, source=MPI.ANY_SOURCE, tag=PS_GRAD, status=status)
+        src, used, seq = status.Get_source(), int(msg[0]), int(msg[1])
+        now = time.perf_counter() - t0
+        if wait_for is None:                        # asynchronous: apply now, reply now
+            scale = 1.0 / (1 + version - used) if staleness_aware else 1.0
+            w -= (lr * scale) * msg[2:]
+            log.append((now, src, seq, used, version, True))
+            version += 1
+            if issued < updates:
+                issued += 1
+                reply(src, PS_PARAMS)
+            else:
+                reply(src, PS_STOP)
+                active.discard(src)
+        elif used < version:                        # synchronous, stale: drop it
+            log.append((now, src, seq, used, version, False))
+            reply(src, PS_PARAMS)
+        else:                                       # synchronous, current: keep it
+            log.append((now, src, seq, used, version, True))
+            pending.append(msg[2:].copy())
+            waiting.append(src)
+            if len(pending) == wait_for:
+                w -= lr * np.mean(pending, axis=0)
+                version += 1
+                tag = PS_PARAMS if version < updates else PS_STOP
+                for j in waiting:
+                    reply(j, tag)
+                    if tag == PS_STOP:
+                        active.discard(j)
+                waiting, pending = [], []
+        if version % every == 0 and history[-1][1] != version:
+            history.append((time.perf_counter() - t0, version, w.copy()))
+    while active:                                   # still computing: drop, stop
+        comm.Recv(msg, source=MPI.ANY_SOURCE, tag=PS_GRAD, status=status)
+        src = status.Get_source()
+        now = time.perf_counter() - t0
+        log.append((now, src, int(msg[1]), int(msg[0]), version, False))
+        reply(src, PS_STOP)
+        active.discard(src)
+    return {"log": log, "history": history, "seconds": time.perf_counter() - t0}
+
+
+# From labs/08_stragglers.ipynb, section "4. An asynchronous parameter server".
+def ps_worker(comm, model, batch, delay):
+    # Ranks 1..p-1: pull parameters from rank 0, push one gradient per pull, until
+    # told to stop. batch(i) -> (x, y) of this worker's i-th gradient; delay(i) ->
+    # seconds to sleep before pushing it.
+    # Returns how many gradients it pushed and their float64 sum.
+    from mpi4py import MPI
+    params = list(model.parameters())
+    n = sum(q.numel() for q in params)
+    inbox = np.empty(n + 1)
+    outbox = np.empty(n + 2)
+    total = np.zeros(n)
+    status = MPI.Status()
+    sent = 0
+    while True:
+        comm.Recv(inbox, source=0, tag=MPI.ANY_TAG, status=status)
+        if status.Get_tag() == PS_STOP:
+            return sent, total
+        with torch.no_grad():
+            vector_to_parameters(torch.from_numpy(inbox[1:]).to(params[0]), params)
+        model.zero_grad()
+        x, y = batch(sent)
+        F.cross_entropy(model(x), y).backward()
+        outbox[2:] = flat_grad(model).double().cpu().numpy()
+        time.sleep(delay(sent))
+        outbox[0] = inbox[0]
+        outbox[1] = sent
+        total += outbox[2:]
+        comm.Send(outbox, dest=0, tag=PS_GRAD)
+        sent += 1
