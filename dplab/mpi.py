@@ -1,7 +1,9 @@
 """Launch a Python script as an MPI job from Python: one way, for benchmarks and tests.
 
 One port policy: the launcher picks a free port and hands it to every rank in DPLAB_PORT,
-where `job_port()` reads it for `dplab.engine.setup`. A job launched some other way (srun,
+where `job_port()` reads it for `dplab.engine.setup`. The job runs on this node, so MPICH's
+network module listens on loopback only (`dplab.backend.mpi_environment`), as do the rendezvous
+store and Gloo (`dplab.engine.setup`); mpiexec's own control port cannot be bound (README, Security). A job launched some other way (srun,
 a hand-typed mpiexec) has no DPLAB_PORT unless you set one, and then rank 0 picks a free
 port itself and tells the others over MPI.
 """
@@ -13,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .backend import free_port, job_port  # noqa: F401 (job_port: read on the ranks)
+from .backend import free_port, job_port, loopback_interface, mpi_environment  # noqa: F401 (job_port: read on the ranks)
 from .cluster import find_mpiexec, remove_files_held_open
 
 
@@ -24,6 +26,7 @@ def run_job(script: str | os.PathLike, p: int, args=(), *, timeout: float, captu
     With capture=False the job's output goes straight to this process's stdout and stderr.
     """
     env = dict(os.environ if env is None else env, DPLAB_PORT=str(free_port()))
+    env.update(mpi_environment(loopback_interface()))
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     cmd = [find_mpiexec(), "-n", str(p), sys.executable, str(Path(script)), *map(str, args)]
     pipe = subprocess.PIPE if capture else None
