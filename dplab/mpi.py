@@ -1,11 +1,15 @@
 """Launch a Python script as an MPI job from Python: one way, for benchmarks and tests.
 
 One port policy: the launcher picks a free port and hands it to every rank in DPLAB_PORT,
-where `job_port()` reads it for `dplab.engine.setup`. The job runs on this node, so MPICH's
-network module listens on loopback only (`dplab.backend.mpi_environment`), as do the rendezvous
-store and Gloo (`dplab.engine.setup`); mpiexec's own control port cannot be bound (README, Security). A job launched some other way (srun,
+where `job_port()` reads it for `dplab.engine.setup`. A job launched some other way (srun,
 a hand-typed mpiexec) has no DPLAB_PORT unless you set one, and then rank 0 picks a free
 port itself and tells the others over MPI.
+
+The job runs on this node, so MPICH's network module listens on loopback only
+(`dplab.backend.mpi_environment`), as do the rendezvous store and Gloo (`dplab.engine.setup`);
+mpiexec's own control port cannot be bound (README, Security). A job launched some other way
+gets loopback from `setup` for the store and Gloo, but not for MPICH, which starts before it:
+set UCX_NET_DEVICES yourself.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .backend import free_port, job_port, loopback_interface, mpi_environment  # noqa: F401 (job_port: read on the ranks)
+from .backend import free_port, job_port, loopback_interface, mpi_environment  # noqa: F401 (job_port: on ranks)
 from .cluster import find_mpiexec, remove_files_held_open
 
 
