@@ -4,6 +4,7 @@ On one node every socket the kit's processes listen on is on loopback, with the 
 the README's Security section documents: mpiexec's (hydra's) control port, which hydra binds
 to every interface whatever it is told, and torchrun's rendezvous stores.
 """
+import contextlib
 import ipaddress
 import json
 import os
@@ -54,8 +55,16 @@ def test_a_running_cluster_listens_on_loopback_only_except_mpiexecs_control_port
     with dplab.start_cluster(2) as c:
         c.view.execute("import torch, torch.distributed as dist; t = torch.ones(1); dist.all_reduce(t)")
         assert [t.item() for t in c.view["t"]] == [2.0, 2.0]  # Gloo's pairs are connected
-        procs = [psutil.Process(pid) for pid in descendants() - before]
-        names = {p.name() for p in procs}
+        procs = []
+        for pid in descendants() - before:
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:  # a short-lived helper that is gone already
+                pass
+        names = set()
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                names.add(proc.name())
         assert "hydra_pmi_proxy" in names and any(n.startswith("mpiexec") for n in names), names  # all of it
         sockets = listening(procs)
         # hydra's control port: mpiexec's one listening socket, which its proxy and the ranks inherit
