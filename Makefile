@@ -25,7 +25,7 @@ book: setup
 test: test-kit test-labs test-labs-other-cpu test-book
 
 # Labs and kit tests run with the defaults (4 engines, automatic backend), whatever the shell sets.
-UNSET_DPLAB := env -u DPLAB_ENGINES -u DPLAB_BACKEND -u DPLAB_DEVICE -u DPLAB_PORT -u DPLAB_MNIST -u DPLAB_THREADS
+UNSET_DPLAB := env -u DPLAB_ENGINES -u DPLAB_BACKEND -u DPLAB_DEVICE -u DPLAB_PORT -u DPLAB_MNIST -u DPLAB_THREADS -u DPLAB_IFACE
 # nbval compares every stored output; tests/nbval_sanitize.cfg masks the floats that depend on summation order.
 NBVAL := $(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-env --nbval-cell-timeout=900 \
 	--nbval-sanitize-with tests/nbval_sanitize.cfg

@@ -11,6 +11,8 @@ Settings come from arguments first, then these environment variables:
     DPLAB_DEBUG        TORCH_DISTRIBUTED_DEBUG on the engines: OFF, INFO or DETAIL; default unset
     DPLAB_STUCK_AFTER  seconds after a rank fails (or returns) before ranks still blocked in a
                        collective count as stuck and the cluster is stopped; default 3
+    DPLAB_IFACE        the network interface that the nodes share, for ranks on several nodes;
+                       on one node everything listens on loopback; default unset
 """
 from __future__ import annotations
 
@@ -118,6 +120,18 @@ def _debug_level(raw) -> str | None:
     return level
 
 
+def _interface(raw: str | None) -> str | None:
+    """Validate the network interface from the argument or DPLAB_IFACE: it must exist here and have an address."""
+    name = raw if raw is not None else _backend.job_interface()
+    if name is None:
+        return None
+    try:
+        _backend.interface_address(name)
+    except _backend.InterfaceError as e:
+        raise ClusterError(str(e)) from None
+    return name
+
+
 def engine_environment(p: int, threads: int | None) -> dict[str, str]:
     """Extra environment for the engines: passive OpenMP waiting when their threads outnumber the cores.
 
@@ -143,6 +157,7 @@ class Settings:
     timeout: float | None = None  # a collective's timeout in seconds; None: engine.TIMEOUT_S
     debug: str | None = None  # TORCH_DISTRIBUTED_DEBUG on the engines
     stuck_after: float = STUCK_AFTER_S  # see dplab.failures
+    iface: str | None = None  # the interface the nodes share; on one node the ranks use loopback
 
 
 def resolve(
@@ -154,9 +169,11 @@ def resolve(
     timeout: float | None = None,
     debug: str | None = None,
     stuck_after: float | None = None,
+    iface: str | None = None,
 ) -> Settings:
     """Check every request and decide the settings; raises before anything starts."""
     count = _engine_count(p)
+    iface = _interface(iface)
     n_threads = _thread_count(threads)
     timeout = _seconds("DPLAB_TIMEOUT", timeout, None, 1, 24 * 3600)
     stuck_after = _seconds("DPLAB_STUCK_AFTER", stuck_after, STUCK_AFTER_S, 0.5, 3600)
@@ -181,7 +198,7 @@ def resolve(
         except ValueError:
             raise ClusterError(f"port must be a number, got {port!r}: fix port= or DPLAB_PORT, or unset it") from None
         _backend.check_port_free(port)
-    return Settings(count, choice.backend, choice.device, port, mpiexec, n_threads, timeout, debug, stuck_after)
+    return Settings(count, choice.backend, choice.device, port, mpiexec, n_threads, timeout, debug, stuck_after, iface)
 
 
 _running: "Cluster | None" = None
@@ -318,7 +335,9 @@ class Cluster:
         os.environ["PATH"] = os.pathsep.join([os.path.dirname(s.mpiexec), os.environ.get("PATH", "")])
         cfg = Config()
         cfg.MPILauncher.mpi_cmd = [s.mpiexec]
-        cfg.MPILauncher.environment = engine_environment(s.p, s.threads)
+        # The engines run on this node: MPICH's network module listens on loopback only.
+        cfg.MPILauncher.environment = {**_backend.mpi_environment(_backend.loopback_interface()),
+                                       **engine_environment(s.p, s.threads)}
         self._cluster = ipp.Cluster(
             engines="mpi",
             n=s.p,  # ipyparallel's name for the engine count
@@ -357,7 +376,7 @@ class Cluster:
         s = self.settings
         self._stacks = tempfile.mkdtemp(prefix="dplab-stacks-")
         joining = self.view.apply_async(_engine.setup, s.backend, s.device, s.port, s.threads, s.timeout, s.debug,
-                                        self._stacks)
+                                        self._stacks, s.iface)
         try:
             infos = joining.get(timeout=START_TIMEOUT_S)
         except TimeoutError:
@@ -538,14 +557,17 @@ def start_cluster(
     timeout: float | None = None,
     debug: str | None = None,
     stuck_after: float | None = None,
+    iface: str | None = None,
 ) -> Cluster:
     """Start p engines that are MPI ranks, join them in a torch process group, and return the handle.
 
     timeout: seconds a collective waits before it raises. debug: TORCH_DISTRIBUTED_DEBUG on the
     engines ("DETAIL" checks that all ranks call the same collective on the same shapes).
     stuck_after: seconds after a rank fails before blocked ranks count as stuck (dplab.failures).
+    iface: the network interface the nodes share when ranks run on several nodes (DPLAB_IFACE);
+    on one node the rendezvous store, Gloo and NCCL listen on loopback only.
     Any cluster this process started before is stopped first. Use the handle as a context
     manager, or call ``.stop()``; it also stops at interpreter exit.
     """
-    settings = resolve(p, backend, device, port, threads, timeout, debug, stuck_after)
+    settings = resolve(p, backend, device, port, threads, timeout, debug, stuck_after, iface)
     return Cluster(settings, init_torch=init_torch)._start_alone()

@@ -13,6 +13,7 @@ already defined on the engines:
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from dataclasses import dataclass, fields
@@ -58,9 +59,24 @@ def _node_rank_and_size(comm) -> tuple[int, int]:
         node.Free()
 
 
-def _master_addr(hosts: list[str]) -> str:
-    """Loopback when every rank is on one node, else rank 0's host name."""
-    return "127.0.0.1" if len(set(hosts)) == 1 else hosts[0]
+def _listen_interface(hosts: list[str], iface: str | None) -> tuple[str | None, str | None, str | None]:
+    """(interface, address, None) this rank listens on, or (None, None, a message saying why it cannot).
+
+    Every rank on one node: loopback, whatever DPLAB_IFACE says, so nothing of the cluster is
+    reachable from the network. Ranks on several nodes: the interface `iface` (DPLAB_IFACE) that
+    the nodes share, which must be set and exist on every node.
+    """
+    from .backend import InterfaceError, interface_address, loopback_interface
+
+    try:
+        if len(set(hosts)) == 1:
+            return loopback_interface(), "127.0.0.1", None
+        if iface is None:
+            return None, None, (f"the ranks run on {len(set(hosts))} nodes and DPLAB_IFACE is unset: set DPLAB_IFACE "
+                                "to the network interface the nodes share (for example ib0 or eth1)")
+        return iface, interface_address(iface), None
+    except InterfaceError as e:
+        return None, None, str(e)
 
 
 def _gpu_for(rank: int, local_rank: int, backend: str) -> tuple[int | None, str | None]:
@@ -86,19 +102,24 @@ def setup(
     timeout_s: float | None = None,
     debug: str | None = None,
     stacks: str | None = None,
+    iface: str | None = None,
 ) -> RankInfo:
     """Join every MPI rank in one torch process group on `device` ("cpu" or "cuda").
 
     port None lets rank 0's OS pick a free one. threads: torch threads per rank (default:
     this node's cores shared among its ranks). timeout_s: seconds a collective waits before it
     raises (default TIMEOUT_S). debug: a TORCH_DISTRIBUTED_DEBUG level. stacks: a folder where
-    this rank writes its Python stacks on SIGUSR1 (see `dump_stacks_on_signal`).
+    this rank writes its Python stacks on SIGUSR1 (see `dump_stacks_on_signal`). iface: the
+    interface the nodes share, used only when the ranks span several nodes (default: DPLAB_IFACE);
+    on one node the rendezvous store, Gloo and NCCL listen on loopback only.
     """
     from datetime import timedelta
 
     from mpi4py import MPI
     import torch
     import torch.distributed as dist
+
+    from .backend import job_interface, listen_socket
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -111,8 +132,10 @@ def setup(
     # Ranks on one node share its cores: give each its share instead of all of them.
     torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local_size))
     gpu, problem = _gpu_for(rank, local_rank, backend) if device == "cuda" else (None, None)
+    host = socket.gethostname()
+    ifname, addr, net_problem = _listen_interface(comm.allgather(host), iface or job_interface())
     # Decide together: if one rank cannot start, none waits in a rendezvous that never completes.
-    problems = [p for p in comm.allgather(problem) if p]
+    problems = [p for p in comm.allgather(problem or net_problem) if p]
     if problems:
         raise RuntimeError("; ".join(problems))
     dev = torch.device("cpu") if gpu is None else torch.device("cuda", gpu)
@@ -121,14 +144,25 @@ def setup(
     if dist.is_initialized():
         dist.destroy_process_group()
 
-    host = socket.gethostname()
-    addr = _master_addr(comm.allgather(host))
+    # Gloo's and NCCL's own sockets listen on this interface only (the default is the address the
+    # host name resolves to, reachable from the network).
+    os.environ.update(GLOO_SOCKET_IFNAME=ifname, NCCL_SOCKET_IFNAME=ifname)
     timeout = timedelta(seconds=TIMEOUT_S)  # for the rendezvous
     store = None
     if rank == 0:  # port 0: the OS picks a port nobody holds, so concurrent clusters never collide
-        store = dist.TCPStore(addr, port or 0, size, is_master=True, timeout=timeout, wait_for_workers=False)
-        port = store.port
-    port = comm.bcast(port, root=0)
+        # TCPStore binds every interface when it opens its own socket; handed one bound to `addr`, it
+        # listens there only. The store owns the descriptor from here on, and closes it when destroyed.
+        listener = listen_socket(addr, port or 0)
+        port = listener.getsockname()[1]
+        fd = listener.detach()
+        try:
+            store = dist.TCPStore(addr, port, size, is_master=True, timeout=timeout, wait_for_workers=False,
+                                  master_listen_fd=fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+    addr, port = comm.bcast((addr, port), root=0)
     if rank != 0:
         store = dist.TCPStore(addr, port, size, is_master=False, timeout=timeout)
     os.environ.update(

@@ -4,6 +4,12 @@ One port policy: the launcher picks a free port and hands it to every rank in DP
 where `job_port()` reads it for `dplab.engine.setup`. A job launched some other way (srun,
 a hand-typed mpiexec) has no DPLAB_PORT unless you set one, and then rank 0 picks a free
 port itself and tells the others over MPI.
+
+The job runs on this node, so MPICH's network module listens on loopback only
+(`dplab.backend.mpi_environment`), as do the rendezvous store and Gloo (`dplab.engine.setup`);
+mpiexec's own control port cannot be bound (README, Security). A job launched some other way
+gets loopback from `setup` for the store and Gloo, but not for MPICH, which starts before it:
+set UCX_NET_DEVICES yourself.
 """
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .backend import free_port, job_port  # noqa: F401 (job_port: read on the ranks)
+from .backend import free_port, job_port, loopback_interface, mpi_environment  # noqa: F401 (job_port: on ranks)
 from .cluster import find_mpiexec, remove_files_held_open
 
 
@@ -24,6 +30,7 @@ def run_job(script: str | os.PathLike, p: int, args=(), *, timeout: float, captu
     With capture=False the job's output goes straight to this process's stdout and stderr.
     """
     env = dict(os.environ if env is None else env, DPLAB_PORT=str(free_port()))
+    env.update(mpi_environment(loopback_interface()))
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     cmd = [find_mpiexec(), "-n", str(p), sys.executable, str(Path(script)), *map(str, args)]
     pipe = subprocess.PIPE if capture else None

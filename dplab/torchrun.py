@@ -8,6 +8,10 @@
 
 Leaving the `with` block on an error, or passing the timeout, kills torchrun's agent and every
 worker, so no process outlives the job.
+
+The job runs on this node: the workers' Gloo and NCCL sockets listen on loopback only. torchrun's
+rendezvous stores (the agent's, and rank 0's with TORCH_DISABLE_SHARE_RDZV_TCP_STORE) listen on
+every interface while the job runs: torchrun has no option to bind them (README, Security).
 """
 from __future__ import annotations
 
@@ -31,6 +35,10 @@ def torchrun_env(threads: int = 1) -> dict[str, str]:
                # A fresh rendezvous store for every restart: with the shared one, restarted Gloo
                # workers can find the dead workers' addresses and fail (pytorch/pytorch#135712).
                TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    from .backend import loopback_interface
+
+    lo = loopback_interface()  # the workers' collectives stay on this node
+    env.update(GLOO_SOCKET_IFNAME=lo, NCCL_SOCKET_IFNAME=lo)
     for key in RANK_VARIABLES:
         env.pop(key, None)
     return env
