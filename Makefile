@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup book test test-kit test-labs test-labs-other-cpu test-book test-any-p test-gpu bench labs clean
+.PHONY: setup book test test-kit test-labs test-labs-other-cpu test-book test-any-p test-gpu test-slurm bench labs clean
 
 setup: $(STAMP)
 
@@ -51,6 +51,12 @@ test-any-p: setup
 # With no GPU it says so and exits non-zero before starting anything.
 test-gpu: setup
 	$(UNSET_DPLAB) $(BIN)/python tools/run_labs.py --gpu
+
+# A private SLURM cluster of 2 nodes on this machine (tools/slurm/start.sh), the tests in
+# tests/slurm on it (the SLURM launch recipes, engines across nodes, Lab 0 on them), then its
+# stop, whatever happens. Needs root; installs Debian's slurm-wlm and munge when missing.
+test-slurm: setup
+	tools/slurm/run_tests.sh $(BIN)/python
 
 # The labs were just executed by nbval; the book build re-runs only the chapters' cells.
 test-book: setup
