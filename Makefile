@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup book test test-kit test-labs test-labs-other-cpu test-book test-any-p test-gpu bench labs clean
+.PHONY: setup book test test-kit test-labs test-labs-other-cpu test-book test-any-p test-gpu test-slurm bench labs clean
 
 setup: $(STAMP)
 
@@ -25,7 +25,8 @@ book: setup
 test: test-kit test-labs test-labs-other-cpu test-book
 
 # Labs and kit tests run with the defaults (4 engines, automatic backend), whatever the shell sets.
-UNSET_DPLAB := env -u DPLAB_ENGINES -u DPLAB_BACKEND -u DPLAB_DEVICE -u DPLAB_PORT -u DPLAB_MNIST -u DPLAB_THREADS -u DPLAB_IFACE
+UNSET_DPLAB := env -u DPLAB_ENGINES -u DPLAB_BACKEND -u DPLAB_DEVICE -u DPLAB_PORT -u DPLAB_MNIST -u DPLAB_THREADS -u DPLAB_IFACE \
+	-u DPLAB_LAUNCHER -u DPLAB_NODES -u DPLAB_PARTITION
 # nbval compares every stored output; tests/nbval_sanitize.cfg masks the floats that depend on summation order.
 NBVAL := $(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-env --nbval-cell-timeout=900 \
 	--nbval-sanitize-with tests/nbval_sanitize.cfg
@@ -51,6 +52,12 @@ test-any-p: setup
 # With no GPU it says so and exits non-zero before starting anything.
 test-gpu: setup
 	$(UNSET_DPLAB) $(BIN)/python tools/run_labs.py --gpu
+
+# A private SLURM cluster of 2 nodes on this machine (tools/slurm/start.sh), the tests in
+# tests/slurm on it (the SLURM launch recipes, engines across nodes, Lab 0 on them), then its
+# stop, whatever happens. Needs root; installs Debian's slurm-wlm and munge when missing.
+test-slurm: setup
+	tools/slurm/run_tests.sh $(BIN)/python
 
 # The labs were just executed by nbval; the book build re-runs only the chapters' cells.
 test-book: setup

@@ -326,33 +326,17 @@ class Cluster:
     # -- life cycle ---------------------------------------------------------
     def start(self) -> "Cluster":
         """Launch the controller and engines, wait for all, join the process group."""
-        import ipyparallel as ipp
-        from traitlets.config import Config
-
         from .failures import WatchedView
 
         s = self.settings
         os.environ["PATH"] = os.pathsep.join([os.path.dirname(s.mpiexec), os.environ.get("PATH", "")])
-        cfg = Config()
-        cfg.MPILauncher.mpi_cmd = [s.mpiexec]
-        # The engines run on this node: MPICH's network module listens on loopback only.
-        cfg.MPILauncher.environment = {**_backend.mpi_environment(_backend.loopback_interface()),
-                                       **engine_environment(s.p, s.threads)}
-        self._cluster = ipp.Cluster(
-            engines="mpi",
-            n=s.p,  # ipyparallel's name for the engine count
-            log_level=40,
-            controller_args=["--HeartMonitor.period=500"],
-            config=cfg,
-            shutdown_atexit=False,  # our own atexit hook stops engines before the controller
-        )
+        self._cluster = self._ipp_cluster()
         atexit.register(self.stop)
         try:
             t0 = time.perf_counter()
             self._cluster.start_cluster_sync()
             self.client = self._cluster.connect_client_sync()
-            # interactive=False: no progress bar, so notebook output is the same every run
-            self.client.wait_for_engines(s.p, timeout=START_TIMEOUT_S, interactive=False)
+            self._wait_for_engines()
             self.view = WatchedView(self, self.client, targets=sorted(self.client.ids))
             self.view.block = True
             self.engines_seconds = time.perf_counter() - t0
@@ -370,6 +354,31 @@ class Cluster:
             self.stop()
             raise
         return self
+
+    def _ipp_cluster(self):
+        """The ipyparallel cluster: engines started by mpiexec on this machine."""
+        import ipyparallel as ipp
+        from traitlets.config import Config
+
+        s = self.settings
+        cfg = Config()
+        cfg.MPILauncher.mpi_cmd = [s.mpiexec]
+        # The engines run on this node: MPICH's network module listens on loopback only.
+        cfg.MPILauncher.environment = {**_backend.mpi_environment(_backend.loopback_interface()),
+                                       **engine_environment(s.p, s.threads)}
+        return ipp.Cluster(
+            engines="mpi",
+            n=s.p,  # ipyparallel's name for the engine count
+            log_level=40,
+            controller_args=["--HeartMonitor.period=500"],
+            config=cfg,
+            shutdown_atexit=False,  # our own atexit hook stops engines before the controller
+        )
+
+    def _wait_for_engines(self) -> None:
+        """Wait until all p engines have connected."""
+        # interactive=False: no progress bar, so notebook output is the same every run
+        self.client.wait_for_engines(self.settings.p, timeout=START_TIMEOUT_S, interactive=False)
 
     def _init_ranks(self) -> None:
         """Apply engine.setup on every engine, keep the records, and bind ENGINE_NAMES on each engine."""
@@ -558,8 +567,14 @@ def start_cluster(
     debug: str | None = None,
     stuck_after: float | None = None,
     iface: str | None = None,
+    launcher: str | None = None,
+    nodes: int | None = None,
+    partition: str | None = None,
 ) -> Cluster:
     """Start p engines that are MPI ranks, join them in a torch process group, and return the handle.
+
+    launcher: "mpiexec" (default, this machine) or "slurm" (an sbatch job over `nodes` nodes of
+    `partition`; see dplab.slurm); DPLAB_LAUNCHER, DPLAB_NODES and DPLAB_PARTITION set them too.
 
     timeout: seconds a collective waits before it raises. debug: TORCH_DISTRIBUTED_DEBUG on the
     engines ("DETAIL" checks that all ranks call the same collective on the same shapes).
@@ -569,5 +584,10 @@ def start_cluster(
     Any cluster this process started before is stopped first. Use the handle as a context
     manager, or call ``.stop()``; it also stops at interpreter exit.
     """
+    from . import slurm
+
+    if slurm.launcher_name(launcher) == "slurm":
+        return slurm.start(p, backend, device, port, init_torch, threads, timeout, debug, stuck_after,
+                           iface, nodes, partition)
     settings = resolve(p, backend, device, port, threads, timeout, debug, stuck_after, iface)
     return Cluster(settings, init_torch=init_torch)._start_alone()

@@ -1,0 +1,250 @@
+"""Engines across nodes: the MPI-rank engines inside a SLURM allocation, the controller here.
+
+    cluster = dplab.start_cluster(launcher="slurm", nodes=2)      # or DPLAB_LAUNCHER=slurm
+                                                                  #    DPLAB_NODES=2
+
+One sbatch job asks for `nodes` nodes and p tasks; its script runs the venv's `mpiexec -n p`,
+which (MPICH's Hydra, inside an allocation) starts its proxies on every node with srun, and
+the ranks are ipyparallel engines that connect back to the controller in this process. The
+rest is as with the local launcher: `dplab.engine.setup` joins the ranks in one torch
+process group, and local_rank counts the ranks on each node. Stopping the cluster cancels
+the job (scancel) and waits until squeue no longer lists it.
+
+    DPLAB_LAUNCHER   mpiexec (default) or slurm
+    DPLAB_NODES      nodes to ask for, default 2
+    DPLAB_PARTITION  SLURM partition, default: the cluster's default partition
+    DPLAB_IFACE      the network interface the nodes share, required for more than one node:
+                     the controller, MPICH, the rendezvous store and Gloo listen there only
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+from . import backend as _backend
+from .cluster import (START_TIMEOUT_S, STOP_POLITE_S, Cluster, ClusterError, _shutdown_engines,
+                      engine_environment)
+
+LAUNCHERS = ("mpiexec", "slurm")
+DEFAULT_NODES = 2
+COMMAND_TIMEOUT_S = 30  # for one sinfo, squeue or scancel
+GONE_TIMEOUT_S = 30  # for the job to leave squeue after scancel
+EXIT_TIMEOUT_S = 10  # for the engines to exit and end the job by themselves
+
+BATCH_TEMPLATE = """#!/bin/sh
+#SBATCH --export=ALL
+#SBATCH --job-name=dplab-engines-{cluster_id}
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks={n}
+#SBATCH --output={output_file}
+{partition_line}
+exec {mpiexec} -n {n} {program_and_args} --mpi
+"""
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """Where the engines run: checked against sinfo before anything is submitted."""
+
+    nodes: int
+    partition: str  # the partition asked for, or the cluster's default
+    cpus_per_node: int  # the partition's smallest node
+
+
+def launcher_name(raw: str | None) -> str:
+    """Validate the launcher from the argument or DPLAB_LAUNCHER."""
+    name = raw or os.environ.get("DPLAB_LAUNCHER") or "mpiexec"
+    if name not in LAUNCHERS:
+        raise ClusterError(f"unknown launcher {name!r}: use one of {', '.join(LAUNCHERS)}, "
+                           "or unset launcher= and DPLAB_LAUNCHER for mpiexec on this machine")
+    return name
+
+
+def _command(*args: str) -> str:
+    """Run a SLURM client command, bounded; its stdout, or a ClusterError saying what failed."""
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ClusterError(f"`{' '.join(args)}` did not answer in {COMMAND_TIMEOUT_S} s: "
+                           "is slurmctld running (check SLURM_CONF)?") from None
+    if done.returncode != 0:
+        raise ClusterError(f"`{' '.join(args)}` failed: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
+
+def _partitions() -> dict[str, tuple[int, int, bool]]:
+    """Each partition's (nodes, smallest node's CPUs, is the default), from sinfo."""
+    found = {}
+    for line in _command("sinfo", "-h", "-o", "%P %D %c").splitlines():
+        name, nodes, cpus = line.split()
+        default = name.endswith("*")
+        name = name.rstrip("*")
+        n, c = int(nodes), int(re.match(r"\d+", cpus).group())
+        old = found.get(name, (0, c, default))
+        found[name] = (old[0] + n, min(old[1], c), default or old[2])
+    return found
+
+
+def resolve_slurm(p: int, nodes: int | str | None, partition: str | None) -> SlurmSettings:
+    """Check a SLURM request against this cluster; raise ClusterError before anything is submitted."""
+    for exe in ("sbatch", "sinfo", "squeue", "scancel"):
+        if shutil.which(exe) is None:
+            raise ClusterError(
+                f"{exe} not found on PATH: launcher='slurm' needs SLURM's client commands (sbatch, "
+                "sinfo, squeue, scancel) on the machine that runs the notebook. Run where they are, or "
+                "use launcher='mpiexec'. (This repository's private test cluster: tools/slurm/start.sh)")
+    raw = nodes if nodes is not None else os.environ.get("DPLAB_NODES", DEFAULT_NODES)
+    try:
+        n_nodes = int(raw)
+    except (TypeError, ValueError):
+        n_nodes = 0
+    if n_nodes < 1 or str(n_nodes) != str(raw).strip():
+        raise ClusterError(f"nodes must be a whole number >= 1, got {raw!r}: fix nodes= or DPLAB_NODES")
+    partition = partition or os.environ.get("DPLAB_PARTITION") or None
+    parts = _partitions()
+    if not parts:
+        raise ClusterError("sinfo lists no partition: this SLURM cluster has no nodes to run on")
+    if partition is None:
+        partition = next((name for name, (_, _, d) in parts.items() if d), next(iter(parts)))
+    if partition not in parts:
+        raise ClusterError(f"unknown partition {partition!r}: this cluster has {', '.join(sorted(parts))}; "
+                           "fix partition= or DPLAB_PARTITION")
+    have, cpus, _ = parts[partition]
+    if n_nodes > have:
+        raise ClusterError(f"{n_nodes} nodes asked for, but partition {partition!r} has {have}: ask for fewer")
+    if not n_nodes <= p <= n_nodes * cpus:
+        raise ClusterError(
+            f"{p} engines on {n_nodes} nodes of {cpus} CPUs: an allocation of {n_nodes} nodes in partition "
+            f"{partition!r} holds {n_nodes}..{n_nodes * cpus} engines (at least one per node, at most one "
+            "per CPU); change p (DPLAB_ENGINES) or nodes (DPLAB_NODES)")
+    return SlurmSettings(n_nodes, partition, cpus)
+
+
+def job_listed(job_id: str) -> bool:
+    """True while squeue still lists the job (pending, running or completing)."""
+    return bool(_command("squeue", "-h", "-j", job_id, "-o", "%i").strip())
+
+
+class SlurmCluster(Cluster):
+    """A Cluster whose engines are the ranks of `mpiexec` inside an sbatch job."""
+
+    def __init__(self, settings, slurm: SlurmSettings, init_torch: bool = True):
+        super().__init__(settings, init_torch=init_torch)
+        self.slurm = slurm
+        self.job_id: str | None = None
+        self._folder: str | None = None  # the batch script and the job's output
+
+    def _ipp_cluster(self):
+        """ipyparallel's SLURM engine launcher, with a batch script that runs mpiexec."""
+        import ipyparallel as ipp
+        from traitlets.config import Config
+
+        s = self.settings
+        self._folder = tempfile.mkdtemp(prefix="dplab-slurm-")
+        cfg = Config()
+        launcher = cfg.SlurmEngineSetLauncher
+        launcher.batch_template = BATCH_TEMPLATE
+        launcher.batch_file_name = os.path.join(self._folder, "engines.sbatch")
+        launcher.output_file = os.path.join(self._folder, "engines.out")
+        # MPICH listens on the interface the nodes share (loopback when there is one node).
+        iface = s.iface or _backend.loopback_interface()
+        launcher.environment = {**_backend.mpi_environment(iface), **engine_environment(s.p, s.threads),
+                                **({"DPLAB_IFACE": s.iface} if s.iface else {})}
+        # A job that already ended (the engines exited) is not an error to stop.
+        launcher.delete_command = ["sh", "-c", 'scancel "$0" 2>/dev/null || true']
+        launcher.namespace = {
+            "nodes": self.slurm.nodes, "mpiexec": s.mpiexec,
+            "partition_line": f"#SBATCH --partition={self.slurm.partition}",
+        }
+        # The engines on other nodes connect back to the controller on the interface they share.
+        where = {"controller_ip": _backend.interface_address(s.iface)} if s.iface else {}
+        return ipp.Cluster(engines="slurm", n=s.p, log_level=40, controller_args=["--HeartMonitor.period=500"],
+                           config=cfg, shutdown_atexit=False, **where)
+
+    def _wait_for_engines(self) -> None:
+        """Wait for p engines, or fail early with the job's output if the job ended first."""
+        s = self.settings
+        (launcher,) = self._cluster.engines.values()
+        self.job_id = launcher.job_id
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while len(self.client.ids) < s.p:
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{len(self.client.ids)} of {s.p} engines connected in {START_TIMEOUT_S} s; "
+                                   f"job {self.job_id} is still {self._job_state()}: it was cancelled")
+            if not job_listed(self.job_id):
+                raise ClusterError(f"SLURM job {self.job_id} ended before its {s.p} engines connected; "
+                                   f"its output:\n{self._job_output()}")
+            time.sleep(0.2)
+
+    def _job_state(self) -> str:
+        try:
+            return _command("squeue", "-h", "-j", self.job_id, "-o", "%T %R").strip() or "gone"
+        except ClusterError:
+            return "unknown"
+
+    def _job_output(self) -> str:
+        try:
+            with open(os.path.join(self._folder, "engines.out")) as f:
+                return f.read()[-3000:]
+        except (OSError, TypeError):
+            return "(none)"
+
+    def stop(self) -> None:
+        """Let healthy engines leave and exit, so that the job ends by itself; then stop as a
+        Cluster does (ipyparallel cancels the job) and make sure squeue no longer lists it.
+
+        Engines killed by scancel leave MPICH's shared-memory files in every node's /dev/shm,
+        where no one removes them; engines that exit call MPI_Finalize, which does.
+        """
+        if self.client is not None and self.job_id is not None and not self.client.outstanding:
+            done = threading.Thread(target=_shutdown_engines, args=(self.client, self.init_torch and bool(self.ranks)),
+                                    daemon=True)
+            done.start()
+            done.join(timeout=STOP_POLITE_S)
+            deadline = time.monotonic() + EXIT_TIMEOUT_S
+            try:
+                while job_listed(self.job_id) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+            except ClusterError:
+                pass
+        super().stop()
+        job, self.job_id = self.job_id, None
+        if job is not None:
+            deadline = time.monotonic() + GONE_TIMEOUT_S
+            try:
+                while job_listed(job) and time.monotonic() < deadline:
+                    subprocess.run(["scancel", job], capture_output=True, timeout=COMMAND_TIMEOUT_S)
+                    time.sleep(0.2)
+            except (ClusterError, subprocess.TimeoutExpired):
+                pass
+        if self._folder:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+    def __repr__(self) -> str:
+        s = self.settings
+        state = "running" if self.running else "stopped"
+        return (f"<Cluster {state}: {s.p} MPI engines on {self.slurm.nodes} SLURM nodes, "
+                f"backend={s.backend}, device={s.device}>")
+
+
+def start(p, backend, device, port, init_torch, threads, timeout, debug, stuck_after, iface, nodes,
+          partition) -> SlurmCluster:
+    """dplab.start_cluster(launcher="slurm"): check everything, then submit the engines' job."""
+    from .cluster import resolve
+
+    # The port is for rank 0's node, not this one: only a port the user names is used.
+    settings = resolve(p, backend, device, port or None, threads, timeout, debug, stuck_after, iface)
+    slurm = resolve_slurm(settings.p, nodes, partition)
+    if slurm.nodes > 1 and settings.iface is None:
+        raise ClusterError(
+            f"engines on {slurm.nodes} nodes need the network interface the nodes share: set DPLAB_IFACE "
+            "(or iface=) to it, for example the cluster's Ethernet or InfiniBand IP interface; the "
+            "controller, MPICH, the rendezvous store and Gloo then listen there only")
+    return SlurmCluster(settings, slurm, init_torch=init_torch)._start_alone()

@@ -1,0 +1,154 @@
+"""On a real (private, 2-node) SLURM cluster: the SLURM launch recipes and dplab's engines
+across nodes. Started by `make test-slurm`; skipped when no such cluster answers."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from recipes import ROOT, check_training, environment, rank_lines, run
+
+NODES = ["node1", "node2"]
+SQUEUE = shutil.which("squeue") or "squeue"  # found before a test empties PATH
+
+
+def _no_cluster_reason() -> str | None:
+    """Why these tests cannot run here, or None when the private cluster answers."""
+    if not os.environ.get("SLURM_CONF") or not os.environ.get("DPLAB_SLURM_DIR"):
+        return ("no private SLURM cluster: `make test-slurm` starts one (tools/slurm/start.sh) "
+                "and runs these tests on it")
+    try:
+        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"sinfo does not answer ({e}): start the cluster with tools/slurm/start.sh"
+    if sorted(out.split()) != NODES:
+        return f"sinfo lists nodes {out.split()}, not {NODES}: this is not tools/slurm/start.sh's cluster"
+    return None
+
+
+REASON = _no_cluster_reason()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+
+def our_jobs() -> list[str]:
+    """Jobs squeue lists (the private cluster runs only ours)."""
+    out = subprocess.run([SQUEUE, "-h", "-o", "%i %j %T"], capture_output=True, text=True, timeout=10)
+    return out.stdout.split("\n")[:-1]
+
+
+def job_processes() -> list[str]:
+    """Live processes of SLURM jobs on this cluster (tasks, engines, torchrun agents)."""
+    found = []
+    for proc in psutil.process_iter(["name", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            env = proc.environ()
+            if "SLURM_JOB_ID" in env and env.get("SLURM_CONF") == os.environ["SLURM_CONF"]:
+                found.append(f"{proc.pid} {proc.info['name']} job {env['SLURM_JOB_ID']}")
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def nothing_left(leaves_nothing):
+    """After each test: no job in squeue, no process of a job, nothing this test started."""
+    yield
+    deadline = time.monotonic() + 20
+    while (our_jobs() or job_processes()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert our_jobs() == []
+    assert job_processes() == []
+
+
+def sbatch(script: str, tmp_path: Path, timeout: float) -> str:
+    """Submit a recipe with sbatch --wait from the repository root; its output."""
+    out, name = tmp_path / "job.out", f"pytest-{uuid.uuid4().hex[:8]}"
+    try:
+        run(["sbatch", "--wait", f"--job-name={name}", f"--output={out}", script], timeout=timeout)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\njob output:\n{out.read_text() if out.exists() else '(none)'}") from None
+    finally:
+        subprocess.run(["scancel", "--quiet", f"--name={name}"], timeout=10)
+    return out.read_text()
+
+
+def test_corrected_seed_002_script_maps_slurm_tasks_to_torch_ranks(tmp_path):
+    lines = rank_lines(sbatch("launch/slurm_srun.sbatch", tmp_path, timeout=180))
+    # srun's block distribution: tasks 0, 1 on node1, tasks 2, 3 on node2
+    assert [(x.rank, x.local_rank, x.node) for x in lines] == [
+        (0, 0, "node1"), (1, 1, "node1"), (2, 0, "node2"), (3, 1, "node2")]
+    check_training(lines, world_size=4)
+
+
+def test_srun_torchrun_starts_one_agent_per_node_and_two_workers_each(tmp_path):
+    lines = rank_lines(sbatch("launch/slurm_torchrun.sbatch", tmp_path, timeout=240))
+    assert len(lines) == 4, lines
+    # The rendezvous picks which node holds ranks 0-1; each node holds one block of two.
+    blocks = {x.rank // 2: set() for x in lines}
+    for x in lines:
+        assert x.local_rank == x.rank % 2
+        blocks[x.rank // 2].add(x.node)
+    assert sorted(n for nodes in blocks.values() for n in nodes) == NODES
+    assert all(len(nodes) == 1 for nodes in blocks.values())
+    check_training(lines, world_size=4)
+
+
+# -- dplab.start_cluster(launcher="slurm") ------------------------------------------------
+
+def test_bad_requests_fail_before_anything_is_submitted(monkeypatch):
+    import dplab
+    from dplab.cluster import ClusterError
+
+    with pytest.raises(ClusterError, match="unknown partition 'gpu': this cluster has debug"):
+        dplab.start_cluster(2, launcher="slurm", nodes=2, partition="gpu")
+    cpus = os.cpu_count()
+    with pytest.raises(ClusterError, match=f"{2 * cpus + 1} engines on 2 nodes of {cpus} CPUs"):
+        dplab.start_cluster(2 * cpus + 1, launcher="slurm", nodes=2)
+    with pytest.raises(ClusterError, match="3 nodes asked for, but partition 'debug' has 2"):
+        dplab.start_cluster(3, launcher="slurm", nodes=3)
+    with pytest.raises(ClusterError, match="unknown launcher 'pbs'"):
+        dplab.start_cluster(2, launcher="pbs")
+    monkeypatch.delenv("DPLAB_IFACE", raising=False)
+    with pytest.raises(ClusterError, match="engines on 2 nodes need the network interface the nodes share"):
+        dplab.start_cluster(2, launcher="slurm", nodes=2)
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # no SLURM commands
+    with pytest.raises(ClusterError, match="sbatch not found on PATH"):
+        dplab.start_cluster(2, launcher="slurm", nodes=2)
+    assert our_jobs() == []
+
+
+def test_engines_across_two_nodes_join_one_process_group_and_stop_with_their_job():
+    import dplab
+
+    t0 = time.perf_counter()
+    cluster = dplab.start_cluster(4, launcher="slurm", nodes=2)
+    ready = time.perf_counter() - t0
+    try:
+        assert [(i.rank, i.local_rank, i.host) for i in cluster.ranks] == [
+            (0, 0, "node1"), (1, 1, "node1"), (2, 0, "node2"), (3, 1, "node2")]
+        job = cluster.job_id
+        assert any(line.startswith(f"{job} ") and line.endswith(" RUNNING") for line in our_jobs())
+        cluster.view.execute("import torch, torch.distributed as dist\n"
+                             "t = torch.tensor([rank + 1.0]); dist.all_reduce(t); s = t.item()")
+        assert cluster.view["s"] == [10.0] * 4
+        print(f"\nslurm engines: call to engines ready {ready - (cluster.start_seconds - cluster.engines_seconds):.1f} s"
+              f" (engines {cluster.engines_seconds:.1f} s after submission), process group joined "
+              f"{ready:.1f} s after the call")
+    finally:
+        cluster.stop()
+    assert our_jobs() == []
+
+
+def test_lab_0_runs_unchanged_on_engines_started_through_slurm():
+    env = environment(DPLAB_LAUNCHER="slurm", DPLAB_NODES="2", PYTHONPATH=str(ROOT))
+    out = run([sys.executable, "tools/run_labs.py", "--setting", "slurm:DPLAB_LAUNCHER=slurm,DPLAB_NODES=2",
+               "labs/00_meet_your_workers.ipynb"], timeout=400, env=env)
+    assert re.search(r"00_meet_your_workers.*ok", out.stdout + out.stderr), out.stdout + out.stderr

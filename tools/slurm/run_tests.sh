@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# make test-slurm: install SLURM and munge if missing (Debian's slurm-wlm, needs root), start
+# the private 2-node cluster, run tests/slurm on it, and stop it whatever happens.
+#   tools/slurm/run_tests.sh PYTHON [pytest arguments]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+python=${1:?usage: tools/slurm/run_tests.sh PYTHON [pytest arguments]}; shift
+dir=$PWD/_build/slurm
+
+if [[ $(id -u) != 0 ]]; then
+  echo "make test-slurm: needs root. It installs the Debian packages slurm-wlm and munge if they" \
+       "are missing, and runs slurmctld and two slurmd (which start jobs as any user) in their own" \
+       "namespaces. Run it as root (for example in a disposable container or VM)." >&2
+  exit 2
+fi
+if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then
+  echo "make test-slurm: installing slurm-wlm and munge with apt-get"
+  if ! command -v apt-get >/dev/null; then
+    echo "make test-slurm: no apt-get here: install SLURM (slurmctld, slurmd, the client commands)" \
+         "and munge with this system's package manager, then run it again" >&2
+    exit 2
+  fi
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null \
+    || { echo "make test-slurm: apt-get install slurm-wlm munge failed" >&2; exit 2; }
+fi
+
+trap 'tools/slurm/stop.sh "$dir"' EXIT  # on success, failure or Ctrl-C
+tools/slurm/start.sh "$dir" || exit 1
+source "$dir/env.sh"
+# The two nodes share this host's network stack: the interface they share is loopback.
+iface=$("$python" -c 'from dplab.backend import loopback_interface; print(loopback_interface())') || exit 1
+env -u DPLAB_ENGINES -u DPLAB_BACKEND -u DPLAB_DEVICE -u DPLAB_PORT -u DPLAB_THREADS \
+  -u DPLAB_LAUNCHER -u DPLAB_NODES -u DPLAB_PARTITION DPLAB_IFACE="$iface" PYTHONPATH="$PWD" \
+  "$python" -m pytest -q -p no:cacheprovider -rs tests/slurm "$@"
