@@ -15,6 +15,11 @@ import pytest
 from recipes import ROOT, check_training, environment, rank_lines, run
 
 NODES = ["node1", "node2"]
+# The private cluster's two nodes share this host's network stack, so the interface they
+# share (DPLAB_IFACE, required across nodes) is loopback.
+from dplab.backend import loopback_interface  # noqa: E402
+
+IFACE = loopback_interface()
 SQUEUE = shutil.which("squeue") or "squeue"  # found before a test empties PATH
 
 
@@ -116,7 +121,6 @@ def test_bad_requests_fail_before_anything_is_submitted(monkeypatch):
         dplab.start_cluster(3, launcher="slurm", nodes=3)
     with pytest.raises(ClusterError, match="unknown launcher 'pbs'"):
         dplab.start_cluster(2, launcher="pbs")
-    monkeypatch.delenv("DPLAB_IFACE", raising=False)
     with pytest.raises(ClusterError, match="engines on 2 nodes need the network interface the nodes share"):
         dplab.start_cluster(2, launcher="slurm", nodes=2)
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # no SLURM commands
@@ -129,7 +133,7 @@ def test_engines_across_two_nodes_join_one_process_group_and_stop_with_their_job
     import dplab
 
     t0 = time.perf_counter()
-    cluster = dplab.start_cluster(4, launcher="slurm", nodes=2)
+    cluster = dplab.start_cluster(4, launcher="slurm", nodes=2, iface=IFACE)
     ready = time.perf_counter() - t0
     try:
         assert [(i.rank, i.local_rank, i.host) for i in cluster.ranks] == [
@@ -148,7 +152,8 @@ def test_engines_across_two_nodes_join_one_process_group_and_stop_with_their_job
 
 
 def test_lab_0_runs_unchanged_on_engines_started_through_slurm():
-    env = environment(DPLAB_LAUNCHER="slurm", DPLAB_NODES="2", PYTHONPATH=str(ROOT))
-    out = run([sys.executable, "tools/run_labs.py", "--setting", "slurm:DPLAB_LAUNCHER=slurm,DPLAB_NODES=2",
+    env = environment(DPLAB_LAUNCHER="slurm", DPLAB_NODES="2", DPLAB_IFACE=IFACE, PYTHONPATH=str(ROOT))
+    out = run([sys.executable, "tools/run_labs.py", "--setting",
+               f"slurm:DPLAB_LAUNCHER=slurm,DPLAB_NODES=2,DPLAB_IFACE={IFACE}",
                "labs/00_meet_your_workers.ipynb"], timeout=400, env=env)
     assert re.search(r"00_meet_your_workers.*ok", out.stdout + out.stderr), out.stdout + out.stderr

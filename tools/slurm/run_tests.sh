@@ -27,8 +27,6 @@ fi
 trap 'tools/slurm/stop.sh "$dir"' EXIT  # on success, failure or Ctrl-C
 tools/slurm/start.sh "$dir" || exit 1
 source "$dir/env.sh"
-# The two nodes share this host's network stack: the interface they share is loopback.
-iface=$("$python" -c 'from dplab.backend import loopback_interface; print(loopback_interface())') || exit 1
 env -u DPLAB_ENGINES -u DPLAB_BACKEND -u DPLAB_DEVICE -u DPLAB_PORT -u DPLAB_THREADS \
-  -u DPLAB_LAUNCHER -u DPLAB_NODES -u DPLAB_PARTITION DPLAB_IFACE="$iface" PYTHONPATH="$PWD" \
+  -u DPLAB_LAUNCHER -u DPLAB_NODES -u DPLAB_PARTITION PYTHONPATH="$PWD" \
   "$python" -m pytest -q -p no:cacheprovider -rs tests/slurm "$@"
