@@ -31,17 +31,17 @@ import argparse
 import os
 import sys
 
+from dplab.timing import timing_arguments
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Command-line options."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ranks", type=int, default=4, help="ranks when this script starts mpiexec itself (default 4)")
-    ap.add_argument("--repeats", type=int, default=5, help="timed blocks per scheme (default 5)")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed blocks per scheme (default 1)")
     ap.add_argument("--updates", type=int, default=20, help="synchronous updates per block (default 20, a multiple of 4)")
-    args = ap.parse_args(argv)
-    if args.ranks < 1 or args.repeats < 1 or args.warmup < 0 or args.updates < 4 or args.updates % 4:
-        ap.error("--ranks and --repeats at least 1, --warmup at least 0, --updates a positive multiple of 4")
+    # Here a repeat is a block of --updates updates, not one step.
+    args = timing_arguments(ap, ranks=4, argv=argv, repeats=5, warmup=1)
+    if args.updates < 4 or args.updates % 4:
+        ap.error("--updates must be a positive multiple of 4")
     return args
 
 
