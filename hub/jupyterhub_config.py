@@ -10,6 +10,7 @@ environment (or edit the defaults below):
           for more engines (DPLAB_HUB_ENGINES) and they share the learner's GPU on Gloo.
   shared  learners share all of the node's GPUs. Each learner gets DPLAB_HUB_ENGINES
           engines (default 4) on Gloo, spread over the GPUs (engine i on GPU i mod GPUs).
+          DPLAB_HUB_LEARNERS, the learners at once, shares the cores among all their engines.
 
 On a node without GPUs (nvidia-smi finds none) both give CPU engines on Gloo. The spawner's
 `environment` carries the result (DPLAB_ENGINES, DPLAB_BACKEND, DPLAB_DEVICE, DPLAB_THREADS,
