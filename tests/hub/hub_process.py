@@ -1,5 +1,6 @@
 """Start a JupyterHub on 127.0.0.1 that loads the sample hub/jupyterhub_config.py, with the test's
 own authenticator, spawner, addresses and state (under _build/hub/), and find its processes."""
+import importlib.util
 import json
 import os
 import pathlib
@@ -15,6 +16,7 @@ from dplab.backend import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STATE = ROOT / "_build" / "hub"
+SAMPLE = ROOT / "hub" / "jupyterhub_config.py"
 BIN = pathlib.Path(sys.executable).parent
 CHROMIUM = pathlib.Path("/usr/bin/chromium")  # Debian's; Playwright's own download cannot work offline
 CHP = BIN.parent / "share" / "chp" / "node_modules" / ".bin" / "configurable-http-proxy"
@@ -29,6 +31,14 @@ LAB_SETTINGS = {
     "notebook-extension/tracker": {"windowingMode": "none"},
     "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
 }
+
+
+def load_sample():
+    """The sample config as a module: its policy functions, without the JupyterHub part."""
+    spec = importlib.util.spec_from_file_location("hub_policy", SAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def marked_processes(mark: str) -> list[psutil.Process]:
@@ -98,7 +108,7 @@ def write_config(state: pathlib.Path, port: int, password: str, mark: str) -> pa
         "Spawner.start_timeout": START_S,
         "Spawner.http_timeout": START_S,
     }
-    lines = ["c = get_config()  # noqa", f"load_subconfig({str(ROOT / 'hub' / 'jupyterhub_config.py')!r})",
+    lines = ["c = get_config()  # noqa", f"load_subconfig({str(SAMPLE)!r})",
              "assert 'pre_spawn_hook' in c.Spawner, 'the sample hub/jupyterhub_config.py was not loaded'"]
     lines += [f"c.{key} = {value!r}" for key, value in overrides.items()]
     path = state / "test_config.py"

@@ -1,23 +1,12 @@
 """The sample hub/jupyterhub_config.py's GPU policy, on fake GPU counts (this box has no GPU)."""
-import importlib.util
-import pathlib
 import types
 
 import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
-CONFIG = pathlib.Path(__file__).resolve().parents[2] / "hub" / "jupyterhub_config.py"
+from hub_process import SAMPLE as CONFIG, load_sample
 
-
-def load_policy():
-    """The config file as a module: its functions, without the JupyterHub part."""
-    spec = importlib.util.spec_from_file_location("hub_policy", CONFIG)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-hub = load_policy()
+hub = load_sample()
 
 
 def test_own_gpu_with_one_engine_runs_nccl_on_that_gpu():

@@ -7,7 +7,7 @@ import time
 
 from playwright.sync_api import sync_playwright
 
-from hub_process import CHROMIUM, ENGINES, ROOT, STATE, STOP_S, command_lines
+from hub_process import CHROMIUM, ENGINES, ROOT, STATE, STOP_S, command_lines, load_sample
 
 LAB = "labs/00_meet_your_workers.ipynb"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -112,7 +112,9 @@ def test_lab0_runs_in_jupyterlab_through_the_hub_with_the_spawners_engines(hub):
     assert not any(stderr), f"cells wrote to stderr (an error, a warning): {[t for t in stderr if t]}"
     setup = re.search(r"<Cluster running: (\d+) MPI engines, backend=(\w+), device=(\w+)>", texts[setup_cell])
     assert setup, f"the set-up cell printed no running cluster: {texts[setup_cell]!r}"
-    assert (int(setup[1]), setup[2], setup[3]) == (ENGINES, "gloo", "cpu"), setup[0]
+    policy = load_sample()  # what the hub's policy gives the first learner on this node (a CPU: gloo, cpu)
+    env = policy.learner_environment("own", policy.count_gpus(), 0, ENGINES)
+    assert (int(setup[1]), setup[2], setup[3]) == (ENGINES, env["DPLAB_BACKEND"], env["DPLAB_DEVICE"]), setup[0]
     for i, patterns in expected.items():
         for pattern in patterns:
             assert re.search(rf"^{pattern}$", texts[i], re.M), f"cell {i} lacks a line like {pattern!r}: {texts[i]!r}"
