@@ -2,7 +2,7 @@
 
 Copy it next to your hub (or run `jupyterhub -f hub/jupyterhub_config.py`), pick the authenticator
 and spawner your site uses, and choose one of two set-ups with DPLAB_HUB_MODE in the hub's
-environment (or edit the defaults below):
+environment (read_settings reads DPLAB_HUB_*; edit it to change the defaults):
 
   own     one learner per GPU. Each learner's server sees only its own GPU
           (CUDA_VISIBLE_DEVICES), the lowest free one, so the node takes as many learners as
