@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup book test test-kit test-labs test-labs-other-cpu test-book test-any-p test-gpu test-slurm bench labs clean
+.PHONY: setup book test test-kit test-labs test-labs-other-cpu test-book test-any-p test-gpu test-slurm test-hub bench labs clean
 
 setup: $(STAMP)
 
@@ -35,7 +35,7 @@ NBVAL := $(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-
 OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 DPLAB_THREADS=2
 
 test-kit: setup
-	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/hub tests
 
 test-labs: setup
 	$(UNSET_DPLAB) $(NBVAL) labs
@@ -58,6 +58,13 @@ test-gpu: setup
 # stop, whatever happens. Needs root; installs Debian's slurm-wlm and munge when missing.
 test-slurm: setup
 	tools/slurm/run_tests.sh $(BIN)/python
+
+# A real JupyterHub (127.0.0.1) loading the sample hub/jupyterhub_config.py, and Lab 0 run in
+# JupyterLab in headless Chromium through it, with the engine count from the spawner's environment.
+# Installs requirements-hub.txt, configurable-http-proxy (npm) and Debian's chromium when missing.
+test-hub: setup
+	tools/hub/install.sh $(BIN)/python
+	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider -rs tests/hub
 
 # The labs were just executed by nbval; the book build re-runs only the chapters' cells.
 test-book: setup

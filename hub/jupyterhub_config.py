@@ -1,0 +1,154 @@
+"""Sample JupyterHub configuration for running the labs on one GPU node.
+
+Copy it next to your hub (or run `jupyterhub -f hub/jupyterhub_config.py`), pick the authenticator
+and spawner your site uses, and choose one of two set-ups with DPLAB_HUB_MODE in the hub's
+environment (read_settings reads DPLAB_HUB_*; edit it to change the defaults):
+
+  own     one learner per GPU. Each learner's server sees only its own GPU
+          (CUDA_VISIBLE_DEVICES), the lowest free one, so the node takes as many learners as
+          it has GPUs. NCCL needs one GPU per rank, so a learner gets 1 engine on NCCL; ask
+          for more engines (DPLAB_HUB_ENGINES) and they share the learner's GPU on Gloo.
+  shared  learners share all of the node's GPUs. Each learner gets DPLAB_HUB_ENGINES
+          engines (default 4) on Gloo, spread over the GPUs (engine i on GPU i mod GPUs).
+          DPLAB_HUB_LEARNERS, the learners at once, shares the cores among all their engines.
+
+On a node without GPUs (nvidia-smi finds none) both give CPU engines on Gloo. The spawner's
+`environment` carries the result (DPLAB_ENGINES, DPLAB_BACKEND, DPLAB_DEVICE, DPLAB_THREADS,
+CUDA_VISIBLE_DEVICES) to every learner's server, its kernels and their engines. `make test-hub`
+loads this file, with its own authenticator, spawner and addresses, and runs Lab 0 through it.
+
+The functions are plain Python, so tests import this file and call them with a fake GPU count.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+MODES = ("own", "shared")
+DEFAULT_ENGINES = 4  # the labs' own default, on the CPU and in shared mode
+
+
+class HubPolicyError(ValueError):
+    """A set-up this node cannot give a learner."""
+
+
+def count_gpus() -> int:
+    """The number of NVIDIA GPUs on this node (nvidia-smi -L), 0 without a driver."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.splitlines())
+
+
+def read_settings(env: dict[str, str]) -> tuple[str, int | None, int | None]:
+    """Mode, engines per learner and learners at once (None: unset) from DPLAB_HUB_*."""
+    mode = env.get("DPLAB_HUB_MODE") or "own"
+    if mode not in MODES:
+        raise HubPolicyError(f"DPLAB_HUB_MODE={mode!r}: use 'own' (one learner per GPU) or 'shared' (learners share the GPUs)")
+    numbers = {}
+    for key in ("DPLAB_HUB_ENGINES", "DPLAB_HUB_LEARNERS"):
+        raw = env.get(key) or None
+        if raw is not None and (not raw.isdigit() or int(raw) < 1):
+            raise HubPolicyError(f"{key}={raw!r} is not a whole number >= 1: fix it or unset it")
+        numbers[key] = None if raw is None else int(raw)
+    return mode, numbers["DPLAB_HUB_ENGINES"], numbers["DPLAB_HUB_LEARNERS"]
+
+
+def learner_environment(
+    mode: str, gpus: int, gpu: int | None = None, engines: int | None = None, cores: int = 1,
+    learners: int | None = None,
+) -> dict[str, str]:
+    """The DPLAB_* variables (and CUDA_VISIBLE_DEVICES) for one learner's server.
+
+    gpus: GPUs on the node; gpu: the learner's own GPU in mode 'own'; engines: per learner (None:
+    the mode's default); learners: how many share the node at once (in mode 'own', one per GPU),
+    so that all their engines' torch threads together fill the `cores` without oversubscribing
+    them; None leaves the threads to dplab, which shares the cores among one learner's engines.
+    """
+    if mode not in MODES:
+        raise HubPolicyError(f"unknown mode {mode!r}: use 'own' or 'shared'")
+    if gpus == 0:
+        p = engines or DEFAULT_ENGINES
+        env = {"DPLAB_ENGINES": p, "DPLAB_BACKEND": "gloo", "DPLAB_DEVICE": "cpu"}
+    elif mode == "own":
+        if gpu is None or not 0 <= gpu < gpus:
+            raise HubPolicyError(f"mode 'own' needs the learner's GPU, 0..{gpus - 1}, got {gpu!r}")
+        p = engines or 1
+        # NCCL needs a GPU per rank: more engines than the learner's one GPU share it on Gloo.
+        env = {"CUDA_VISIBLE_DEVICES": gpu, "DPLAB_ENGINES": p, "DPLAB_BACKEND": "nccl" if p == 1 else "gloo",
+               "DPLAB_DEVICE": "cuda"}
+        learners = gpus
+    else:
+        p = engines or DEFAULT_ENGINES
+        env = {"DPLAB_ENGINES": p, "DPLAB_BACKEND": "gloo", "DPLAB_DEVICE": "cuda"}
+    if learners is not None:
+        env["DPLAB_THREADS"] = max(1, cores // (learners * p))
+    return {key: str(value) for key, value in env.items()}
+
+
+class GpuSlots:
+    """Gives each learner's server the lowest free GPU, and takes it back when the server stops.
+
+    It lives in the hub's memory: keep JupyterHub's cleanup_servers on (the default), so that a
+    hub restart stops the servers too and no GPU is handed out twice.
+    """
+
+    def __init__(self, gpus: int):
+        self.gpus = gpus
+        self.holders: dict[str, int] = {}
+
+    def take(self, server: str) -> int:
+        """The GPU of `server` (user/name): the one it holds, else the lowest free one."""
+        if server in self.holders:
+            return self.holders[server]
+        free = sorted(set(range(self.gpus)) - set(self.holders.values()))
+        if not free:
+            raise HubPolicyError(
+                f"every GPU of this node ({self.gpus}) has a learner already: stop a server, "
+                "or set DPLAB_HUB_MODE=shared so that learners share the GPUs"
+            )
+        self.holders[server] = free[0]
+        return free[0]
+
+    def release(self, server: str) -> None:
+        """Free the GPU that `server` held, if any."""
+        self.holders.pop(server, None)
+
+
+def server_key(spawner) -> str:
+    """One learner's server: user name, and the server's name for named servers."""
+    return f"{spawner.user.name}/{spawner.name}"
+
+
+def make_hooks(mode: str, gpus: int, engines: int | None, learners: int | None, cores: int):
+    """The spawner's pre_spawn_hook (sets its environment) and post_stop_hook (frees its GPU)."""
+    slots = GpuSlots(gpus)
+
+    def pre_spawn_hook(spawner) -> None:
+        gpu = slots.take(server_key(spawner)) if mode == "own" and gpus else None
+        policy = learner_environment(mode, gpus, gpu, engines, cores, learners)
+        spawner.environment = {**spawner.environment, **policy}
+        spawner.log.info("dplab: %s gets %s", server_key(spawner), policy)
+
+    def post_stop_hook(spawner) -> None:
+        slots.release(server_key(spawner))
+
+    return pre_spawn_hook, post_stop_hook
+
+
+if "get_config" in globals():  # loaded by JupyterHub (traitlets), not imported by a test
+    c = get_config()  # noqa: F821
+    _mode, _engines, _learners = read_settings(dict(os.environ))
+    c.Spawner.pre_spawn_hook, c.Spawner.post_stop_hook = make_hooks(
+        _mode, count_gpus(), _engines, _learners, os.cpu_count() or 1
+    )
+    c.Spawner.default_url = "/lab"
+    # One Unix account per learner (PAM and the local spawner, JupyterHub's defaults), or one
+    # container each: see the README's Security section. A shared account would let learners
+    # read each other's ipyparallel keys.
+    c.JupyterHub.cleanup_servers = True

@@ -1,0 +1,130 @@
+"""Start a JupyterHub on 127.0.0.1 that loads the sample hub/jupyterhub_config.py, with the test's
+own authenticator, spawner, addresses and state (under _build/hub/), and find its processes."""
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+import urllib.request
+
+import psutil
+import pytest
+
+from dplab.backend import free_port
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+STATE = ROOT / "_build" / "hub"
+SAMPLE = ROOT / "hub" / "jupyterhub_config.py"
+BIN = pathlib.Path(sys.executable).parent
+CHROMIUM = pathlib.Path("/usr/bin/chromium")  # Debian's; Playwright's own download cannot work offline
+CHP = BIN.parent / "share" / "chp" / "node_modules" / ".bin" / "configurable-http-proxy"
+USER = "learner"
+ENGINES = 3  # not the labs' default 4, so the lab's engine count can only come from the spawner
+MARK = "DPLAB_HUB_TEST"  # in the environment of every process the hub starts, at any depth
+START_S, STOP_S = 60, 30
+# Lab settings for the learner: no autosave (the stored lab must not change), every cell in the
+# DOM (no virtual scrolling), no news fetched from the internet.
+LAB_SETTINGS = {
+    "docmanager-extension/plugin": {"autosave": False},
+    "notebook-extension/tracker": {"windowingMode": "none"},
+    "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+}
+
+
+def load_sample():
+    """The sample config as a module: its policy functions, without the JupyterHub part."""
+    spec = importlib.util.spec_from_file_location("hub_policy", SAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def marked_processes(mark: str) -> list[psutil.Process]:
+    """Live processes whose environment holds MARK=mark."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(MARK) == mark:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def command_lines(mark: str) -> list[str]:
+    """'pid command line' of each live process whose environment holds MARK=mark."""
+    out = []
+    for proc in marked_processes(mark):
+        try:
+            out.append(f"{proc.pid} {' '.join(proc.cmdline())}")
+        except psutil.Error:
+            pass
+    return out
+
+
+def describe(procs: list[psutil.Process]) -> list[str]:
+    """'pid name' of each process still alive."""
+    out = []
+    for proc in procs:
+        try:
+            out.append(f"{proc.pid} {proc.name()}")
+        except psutil.Error:
+            pass
+    return out
+
+
+def write_config(state: pathlib.Path, port: int, password: str, mark: str) -> pathlib.Path:
+    """The test's config: the sample, then the test's overrides."""
+    home = state / "home"
+    settings = state / "lab-settings"
+    for name, values in LAB_SETTINGS.items():
+        path = settings / "@jupyterlab" / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    (home / USER).mkdir(parents=True, exist_ok=True)
+    args = ["--allow-root"] if os.geteuid() == 0 else []  # jupyter-server refuses root without it
+    # The lab's checkpoints go under _build, not next to the stored lab.
+    args.append(f"--FileCheckpoints.root_dir={state / 'checkpoints'}")
+    overrides = {
+        "JupyterHub.bind_url": f"http://127.0.0.1:{port}",
+        "JupyterHub.hub_bind_url": f"http://127.0.0.1:{free_port()}",
+        "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{free_port()}",
+        "ConfigurableHTTPProxy.command": [str(CHP)],
+        "ConfigurableHTTPProxy.pid_file": str(state / "proxy.pid"),
+        "JupyterHub.db_url": f"sqlite:///{state / 'jupyterhub.sqlite'}",
+        "JupyterHub.cookie_secret_file": str(state / "cookie_secret"),
+        "JupyterHub.authenticator_class": "dummy",
+        "DummyAuthenticator.password": password,
+        "Authenticator.allowed_users": {USER},
+        "JupyterHub.spawner_class": "simple",
+        "SimpleLocalProcessSpawner.home_dir_template": str(home / "{username}"),
+        "Spawner.notebook_dir": str(ROOT),
+        "Spawner.cmd": [str(BIN / "jupyterhub-singleuser")],
+        "Spawner.args": args,
+        "Spawner.environment": {MARK: mark, "JUPYTERLAB_SETTINGS_DIR": str(settings),
+                                "JUPYTERLAB_WORKSPACES_DIR": str(state / "workspaces")},
+        "Spawner.start_timeout": START_S,
+        "Spawner.http_timeout": START_S,
+    }
+    lines = ["c = get_config()  # noqa", f"load_subconfig({str(SAMPLE)!r})",
+             "assert 'pre_spawn_hook' in c.Spawner, 'the sample hub/jupyterhub_config.py was not loaded'"]
+    lines += [f"c.{key} = {value!r}" for key, value in overrides.items()]
+    path = state / "test_config.py"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def wait_for_hub(url: str, hub: subprocess.Popen, log: pathlib.Path) -> None:
+    """Return once the hub answers its API, or fail (bounded) with its log."""
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline:
+        if hub.poll() is not None:
+            pytest.fail(f"jupyterhub exited with {hub.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/hub/api/", timeout=5):
+                return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"jupyterhub did not answer within {START_S} s:\n{log.read_text()[-3000:]}")
