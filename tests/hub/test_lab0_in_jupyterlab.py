@@ -92,6 +92,8 @@ def test_lab0_runs_in_jupyterlab_through_the_hub_with_the_spawners_engines(hub):
             page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-Cell").last.scroll_into_view_if_needed()
             page.screenshot(path=str(STATE / "lab0.png"))
             texts = cell_outputs(page)
+            # jupyterlab-myst renders the labs' MyST directives (exercises, dropdowns) in JupyterLab.
+            markdown = page.locator(".jp-NotebookPanel:visible .jp-MarkdownCell").all_inner_texts()
             stdout = cell_outputs(page, "[data-mime-type='application/vnd.jupyter.stdout']")
             stderr = cell_outputs(page, "[data-mime-type='application/vnd.jupyter.stderr']")
 
@@ -107,6 +109,9 @@ def test_lab0_runs_in_jupyterlab_through_the_hub_with_the_spawners_engines(hub):
         finally:
             browser.close()
 
+    raw = [t for t in markdown if re.search(r"^(:::|```)\{", t, re.M)]
+    assert len(markdown) == sum(c["cell_type"] == "markdown" for c in cells), len(markdown)
+    assert not raw, f"markdown cells show raw MyST directives (is jupyterlab-myst installed?): {raw}"
     assert len(texts) == n_cells, f"the DOM shows {len(texts)} cells, the lab has {n_cells}"
     assert sum(map(bool, stdout)) >= len(expected), "the DOM shows too few printed outputs"
     assert not any(stderr), f"cells wrote to stderr (an error, a warning): {[t for t in stderr if t]}"
