@@ -1,8 +1,9 @@
 """Code the book shows stays within 88 columns, so that it fits the page without scrolling.
 
-Checked: the chapters' code blocks and code cells, the parts of files they include with
-`{literalinclude}` (options start-at, start-after, end-before, end-at, lines, pyobject), and
-every lab's code cells. Text includes (benchmark tables) and outputs are not code.
+Checked: the code blocks and code cells of the chapters and intro.md, the parts of files
+they include with `{literalinclude}` (options start-at, start-after, end-before, end-at,
+lines, pyobject), and every lab's code cells. Text includes (benchmark tables) and outputs
+are not code.
 """
 import ast
 import re
@@ -13,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 88
-CHAPTERS = sorted((ROOT / "chapters").glob("*.md"))
+CHAPTERS = sorted((ROOT / "chapters").glob("*.md")) + [ROOT / "intro.md"]
 LABS = sorted((ROOT / "labs").glob("*.ipynb"))
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,}|:{3,})\s*(.*)$")
 
