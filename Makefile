@@ -4,13 +4,17 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
+# MathJax from npm, served from the book's own _static (_ext/local_mathjax.py): no CDN.
+MATHJAX_VERSION := 3.2.2
+MATHJAX := $(VENV)/share/mathjax/.installed-$(MATHJAX_VERSION)
 # ipyparallel finds mpiexec (from the mpich wheel) on PATH.
 export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup book test test-kit test-labs test-labs-other-cpu test-book test-any-p test-gpu test-slurm test-hub bench labs clean
+.PHONY: setup book test test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-slurm \
+	test-hub bench labs clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(MATHJAX)
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,11 +22,19 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
+$(MATHJAX): | $(STAMP)
+	@command -v npm >/dev/null || { echo "npm not found: install Node.js and npm (Debian: apt-get install npm)," \
+		"which the book needs to bundle MathJax"; exit 1; }
+	rm -rf $(VENV)/share/mathjax
+	npm install --prefix $(VENV)/share/mathjax --no-save --no-package-lock --no-audit --no-fund \
+		--loglevel=error mathjax@$(MATHJAX_VERSION)
+	touch $@
+
 book: setup
 	$(BIN)/jupyter-book build .
 	@echo "Open _build/html/index.html"
 
-test: test-kit test-labs test-labs-other-cpu test-book
+test: test-kit test-labs test-labs-other-cpu test-book test-browser
 
 # Labs and kit tests run with the defaults (4 engines, automatic backend), whatever the shell sets.
 UNSET_DPLAB := env -u DPLAB_ENGINES -u DPLAB_BACKEND -u DPLAB_DEVICE -u DPLAB_PORT -u DPLAB_MNIST -u DPLAB_THREADS -u DPLAB_IFACE \
@@ -35,7 +47,7 @@ NBVAL := $(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-
 OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 DPLAB_THREADS=2
 
 test-kit: setup
-	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/hub tests
+	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/browser --ignore=tests/hub tests
 
 test-labs: setup
 	$(UNSET_DPLAB) $(NBVAL) labs
@@ -71,6 +83,14 @@ test-book: setup
 	mkdir -p _build
 	$(BIN)/python tools/book_config.py _config.yml _build/_config_test.yml
 	$(BIN)/jupyter-book build -W -n --keep-going --config _build/_config_test.yml .
+
+# Every page of _build/html in headless Chromium at 1280 x 800 (tests/browser): math rendered by
+# the local MathJax, images and internal links that resolve, no console errors, code within its
+# column, no request leaving the local server. Screenshots in _build/screenshots/.
+# Installs Debian's chromium when /usr/bin/chromium is missing (needs root and apt-get). About 1 min.
+test-browser: setup
+	tools/ensure_chromium.sh
+	timeout -k 10 300 $(BIN)/python -m pytest -q -p no:cacheprovider -o faulthandler_timeout=120 tests/browser
 
 # Re-execute every lab, store its outputs, and export what the labs teach to labcode/.
 labs: setup

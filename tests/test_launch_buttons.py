@@ -40,6 +40,10 @@ def build(tmp_path: Path, name: str, hub: str, binder: str) -> BeautifulSoup:
     """Build the tiny book strictly with the real config, these URLs and no execution; the lab's page."""
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
     cfg["execute"] = {"execute_notebooks": "off"}
+    # The config moves to tmp_path: its local extensions and static files stay the book's own.
+    sphinx = cfg["sphinx"]
+    sphinx["local_extensions"] = {k: str(ROOT / v) for k, v in sphinx["local_extensions"].items()}
+    sphinx["config"]["html_static_path"] = [str(ROOT / v) for v in sphinx["config"]["html_static_path"]]
     cfg["launch_buttons"].update(jupyterhub_url=hub, binderhub_url=binder)
     cfg["repository"].update(url=FORK, branch=BRANCH)
     config = tmp_path / f"_config_{name}.yml"
