@@ -28,7 +28,8 @@ def allreduce_tree(comm, x):
             comm.Recv(tmp, source=r + mask)
             x += tmp
         mask <<= 1
-    low = r & -r if r else 1 << (p - 1).bit_length()   # lowest set bit: the parent is r - low
+    # lowest set bit: the parent is r - low
+    low = r & -r if r else 1 << (p - 1).bit_length()
     if r:
         comm.Recv(x, source=r - low)
     m = low >> 1
@@ -50,8 +51,13 @@ def allreduce_ring(comm, x):
         buf = tmp[: recv.size]
         comm.Sendrecv(send, dest=right, recvbuf=buf, source=left)
         recv += buf
-    for s in range(p - 1):                 # all-gather
-        comm.Sendrecv(chunks[(r + 1 - s) % p], dest=right, recvbuf=chunks[(r - s) % p], source=left)
+    for s in range(p - 1):  # all-gather
+        comm.Sendrecv(
+            chunks[(r + 1 - s) % p],
+            dest=right,
+            recvbuf=chunks[(r - s) % p],
+            source=left,
+        )
     return x
 
 

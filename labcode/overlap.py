@@ -12,9 +12,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 # From labs/04_ddp.ipynb, section "1. DDP against one process and against a hand-written all-reduce".
 def allreduce_gradients(model, group=None):
-    # Average every gradient over the ranks of `group` (default: all ranks) with one all-reduce.
+    # Average every gradient over the ranks of `group` (default: all) in one all-reduce.
     grads = [p.grad for p in model.parameters()]
-    flat = torch.cat([g.reshape(-1) for g in grads])     # one message instead of one per tensor
+    # one message instead of one per tensor
+    flat = torch.cat([g.reshape(-1) for g in grads])
     dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
     flat /= dist.get_world_size(group)
     offset = 0
@@ -46,18 +47,19 @@ def reverse_buckets(params, cap_bytes):
 
 # From labs/04_ddp.ipynb, section "Measure: what overlap buys".
 def ddp_bucket_bytes(ddp):
-    # DDP's buckets in bytes, in launch order, once it has rebuilt them (an internal debugging API).
-    rebuilt = ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"]       # a string "b1, b2, ..."
+    # DDP's buckets in bytes, in launch order, once it has rebuilt them, from an
+    # internal debugging API that gives them as a string "b1, b2, ..."
+    rebuilt = ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"]
     return [int(s) for s in str(rebuilt).split(", ")]
 
 
 # From labs/04_ddp.ipynb, section "Measure: what overlap buys".
 class OverlapAllReduce:
     def __init__(self, model, cap_mb, group=None):
-        self.group, self.p = group, dist.get_world_size(group)   # average over the ranks of group
+        self.group, self.p = group, dist.get_world_size(group)  # average over `group`
         self.buckets = reverse_buckets(model.parameters(), cap_mb * 2**20)
         self.left = [len(b) for b in self.buckets]
-        self.launched = []                                    # (bucket, flat buffer, handle)
+        self.launched = []  # (bucket, flat buffer, handle)
         for i, bucket in enumerate(self.buckets):
             for q in bucket:
                 q.register_post_accumulate_grad_hook(functools.partial(self.ready, i))
@@ -66,7 +68,9 @@ class OverlapAllReduce:
         self.left[i] -= 1
         if self.left[i] == 0:
             flat = torch.cat([q.grad.reshape(-1) for q in self.buckets[i]])
-            self.launched.append((i, flat, dist.all_reduce(flat, group=self.group, async_op=True)))
+            self.launched.append(
+                (i, flat, dist.all_reduce(flat, group=self.group, async_op=True))
+            )
 
     def wait(self):                                          # called after backward
         for i, flat, handle in self.launched:
@@ -86,8 +90,9 @@ CAPS = (1, 5, 10, 25, 50)
 
 # From labs/04_ddp.ipynb, section "Measure: what overlap buys".
 def make_step(kind, x, y, device, cap=None, group=None):
-    # One SGD step of the wide MLP on (x, y): kind "none" (no communication), "after" (all-reduce
-    # after backward), "hook" (OverlapAllReduce) or "ddp" (DDP). Returns the model and the step.
+    # One SGD step of the wide MLP on (x, y): kind "none" (no communication), "after"
+    # (all-reduce after backward), "hook" (OverlapAllReduce) or "ddp" (DDP). Returns the
+    # model and the step.
     model = mlp(sizes=WIDE_MLP).to(device)
     if kind == "ddp":
         ids = [device.index] if device.type == "cuda" else None

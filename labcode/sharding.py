@@ -22,7 +22,7 @@ LOW_BYTES = 2                        # a bf16 or fp16 parameter or gradient
 
 
 # From labs/07_sharding.ipynb, section "1. What every rank holds under DDP".
-ADAM_K = 12                          # fp32 master weights, momentum and variance: 4 + 4 + 4 bytes
+ADAM_K = 12  # fp32 master weights, momentum and variance: 4 + 4 + 4 bytes
 
 
 # From labs/07_sharding.ipynb, section "1. What every rank holds under DDP".
@@ -31,8 +31,8 @@ STAGES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3 / FSDP"}
 
 # From labs/07_sharding.ipynb, section "1. What every rank holds under DDP".
 def model_state_bytes(psi, p=1, stage=0, k=ADAM_K, low=LOW_BYTES):
-    # Bytes of parameters, gradients and optimizer state per rank; stage s shards the first s of
-    # (optimizer state, gradients, parameters) over p ranks.
+    # Bytes of parameters, gradients and optimizer state per rank; stage s shards the
+    # first s of (optimizer state, gradients, parameters) over p ranks.
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {sorted(STAGES)}, got {stage!r}")
     params = low * psi / (p if stage >= 3 else 1)
@@ -42,7 +42,8 @@ def model_state_bytes(psi, p=1, stage=0, k=ADAM_K, low=LOW_BYTES):
 
 # From labs/07_sharding.ipynb, section "2. ZeRO-1 by hand".
 class ZeRO1Adam:
-    # Adam whose state each rank keeps for one 1/p slice of the flat parameters (ZeRO stage 1).
+    # Adam whose state each rank keeps for one 1/p slice of the flat parameters
+    # (ZeRO stage 1).
     def __init__(self, params, group=None, **adam):
         self.params = list(params)
         self.group = group
@@ -51,7 +52,8 @@ class ZeRO1Adam:
         self.shard_numel = -(-self.numel // self.ranks)                # ⌈Ψ/p⌉
         r, n = dist.get_rank(group), self.shard_numel
         flat = self.flat([q.detach() for q in self.params])
-        self.shard = flat[r * n:(r + 1) * n].clone().requires_grad_()  # my slice, a leaf tensor
+        # my slice, a leaf tensor
+        self.shard = flat[r * n:(r + 1) * n].clone().requires_grad_()
         self.opt = torch.optim.Adam([self.shard], **adam)
 
     def flat(self, tensors):
@@ -63,11 +65,13 @@ class ZeRO1Adam:
     def step(self):
         grads = self.flat([q.grad for q in self.params])
         self.shard.grad = torch.empty_like(self.shard)
-        dist.reduce_scatter_single(self.shard.grad, grads, group=self.group)  # my slice of the sum
-        self.shard.grad.div_(self.ranks)                                      # the mean, as DDP's
-        self.opt.step()                                                       # Adam on my slice
+        # my slice of the sum
+        dist.reduce_scatter_single(self.shard.grad, grads, group=self.group)
+        self.shard.grad.div_(self.ranks)  # the mean, as DDP's
+        self.opt.step()  # Adam on my slice
         full = torch.empty_like(grads)
-        dist.all_gather_single(full, self.shard, group=self.group)            # every updated slice
+        # every updated slice
+        dist.all_gather_single(full, self.shard, group=self.group)
         vector_to_parameters(full[:self.numel], self.params)
 
     def zero_grad(self):
@@ -81,7 +85,8 @@ METHODS = ("DDP", "ZeRO-1", "FSDP")
 
 # From labs/07_sharding.ipynb, section "3. ZeRO-1 and FSDP train what DDP trains".
 def shard_units(model, mesh, reshard_after_forward=True):
-    # FSDP2: each Linear is one unit (its parameters are gathered together), then the root.
+    # FSDP2: each Linear is one unit (its parameters are gathered together), then
+    # the root.
     for layer in model.modules():
         if isinstance(layer, nn.Linear):
             fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward)
@@ -90,7 +95,8 @@ def shard_units(model, mesh, reshard_after_forward=True):
 
 # From labs/07_sharding.ipynb, section "3. ZeRO-1 and FSDP train what DDP trains".
 def prepare(method, model, lr, group=None):
-    # The model and Adam optimizer `method` trains with on a process group (None: every rank).
+    # The model and Adam optimizer `method` trains with on a process group
+    # (None: every rank).
     device = next(model.parameters()).device
     if method == "DDP":
         ids = [device.index] if device.type == "cuda" else None
@@ -99,7 +105,9 @@ def prepare(method, model, lr, group=None):
     if method == "ZeRO-1":
         return model, ZeRO1Adam(model.parameters(), group=group, lr=lr)
     if method == "FSDP":
-        model = shard_units(model, DeviceMesh.from_group(group or dist.group.WORLD, device.type))
+        model = shard_units(
+            model, DeviceMesh.from_group(group or dist.group.WORLD, device.type)
+        )
         return model, torch.optim.Adam(model.parameters(), lr=lr)
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
 
@@ -112,16 +120,18 @@ def local(t):
 
 # From labs/07_sharding.ipynb, section "4. Optimizer state: 1/p of it per rank".
 def optimizer_state_bytes(opt):
-    # Bytes of the optimizer's per-value state (Adam's momentum and variance) on this rank.
-    opt = getattr(opt, "opt", opt)                     # ZeRO1Adam keeps its Adam in .opt
+    # Bytes of the optimizer's per-value state (Adam's momentum and variance) on
+    # this rank.
+    opt = getattr(opt, "opt", opt)  # ZeRO1Adam keeps its Adam in .opt
     return sum(local(t).numel() * local(t).element_size()
                for state in opt.state.values() for t in state.values() if t.dim() > 0)
 
 
 # From labs/07_sharding.ipynb, section "4. Optimizer state: 1/p of it per rank".
 def fsdp_shard_numel(shapes, ranks, rank=None):
-    # Values FSDP2 keeps on `rank` of parameters of these shapes: ⌈rows/p⌉ rows of each, as
-    # torch.chunk splits them, the last ranks fewer; rank=None gives the padded ⌈rows/p⌉ shard.
+    # Values FSDP2 keeps on `rank` of parameters of these shapes: ⌈rows/p⌉ rows of
+    # each, as torch.chunk splits them, the last ranks fewer; rank=None gives the
+    # padded ⌈rows/p⌉ shard.
     total = 0
     for s in shapes:
         chunk = -(-s[0] // ranks)
@@ -132,14 +142,18 @@ def fsdp_shard_numel(shapes, ranks, rank=None):
 
 # From labs/07_sharding.ipynb, section "5. Bytes on the wire".
 def sent_bytes(calls):
-    # What a rank sends under the ring for these collectives: half an all-reduce for a RS or AG.
+    # What a rank sends under the ring for these collectives: half an all-reduce for
+    # a reduce-scatter or an all-gather.
     half = {"all_reduce": 1.0, "reduce_scatter": 0.5, "all_gather": 0.5}
-    return sum(cm.cost("ring", c.nbytes, c.ranks).wire_bytes * half[c.kind] for c in calls)
+    return sum(
+        cm.cost("ring", c.nbytes, c.ranks).wire_bytes * half[c.kind] for c in calls
+    )
 
 
 # From labs/07_sharding.ipynb, section "6. Memory per rank".
 def held_bytes(model, opt):
-    # Bytes of parameters, gradients and optimizer state this rank holds (FSDP's: its shards).
+    # Bytes of parameters, gradients and optimizer state this rank holds
+    # (FSDP's: its shards).
     ps = list(model.parameters())
     return {"params": sum(local(q).numel() * local(q).element_size() for q in ps),
             "grads": sum(local(q.grad).numel() * local(q.grad).element_size()
@@ -149,8 +163,9 @@ def held_bytes(model, opt):
 
 # From labs/07_sharding.ipynb, section "6. Memory per rank".
 def peak_bytes(model, opt, step):
-    # The most bytes of tensors alive at once during step(), from PyTorch's memory trackers.
-    inner = getattr(opt, "opt", opt)                   # ZeRO1Adam keeps its Adam in .opt
+    # The most bytes of tensors alive at once during step(), from PyTorch's
+    # memory trackers.
+    inner = getattr(opt, "opt", opt)  # ZeRO1Adam keeps its Adam in .opt
     if isinstance(model, FSDPModule):
         tracker = FSDPMemTracker(model, inner)
     else:

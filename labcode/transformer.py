@@ -61,7 +61,8 @@ def to_words(number):
 
 # From labs/06_transformer_ddp.ipynb, section "1. The task: numbers to words".
 def number_split(n_train, n_test, seed=0):
-    # Distinct numbers whose length (1 to MAX_DIGITS digits) is uniform; the last n_test are held out.
+    # Distinct numbers whose length (1 to MAX_DIGITS digits) is uniform; the last n_test
+    # are held out.
     rng, seen, numbers = random.Random(seed), set(), []
     while len(numbers) < n_train + n_test:
         k = rng.randint(1, MAX_DIGITS)
@@ -84,7 +85,9 @@ def encode(number):
 def pad_collate(batch):
     # A list of (src, tgt) pairs -> two (batch, longest) tensors, padded with PAD.
     srcs, tgts = zip(*batch)
-    pad = lambda seqs: nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=PAD)
+    pad = lambda seqs: nn.utils.rnn.pad_sequence(
+        seqs, batch_first=True, padding_value=PAD
+    )
     return pad(srcs), pad(tgts)
 
 
@@ -93,16 +96,23 @@ class NumberToWords(nn.Module):
     def __init__(self, d_model=64, nhead=4, layers=2, ff=128, seed=0):
         super().__init__()
         self.d_model = d_model
-        with torch.random.fork_rng(devices=[]):          # the same weights on every rank and here
+        # the same weights on every rank and here
+        with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.embed = nn.Embedding(len(VOCAB), d_model, padding_idx=PAD)
             self.pos = nn.Embedding(MAX_DIGITS + 2, d_model)
             kw = dict(dropout=0.0, batch_first=True, bias=False)
             enc = nn.TransformerEncoderLayer(d_model, nhead, ff, **kw)
             dec = nn.TransformerDecoderLayer(d_model, nhead, ff, **kw)
-            self.encoder = nn.TransformerEncoder(enc, layers, nn.LayerNorm(d_model, bias=False),
-                                                 enable_nested_tensor=False)
-            self.decoder = nn.TransformerDecoder(dec, layers, nn.LayerNorm(d_model, bias=False))
+            self.encoder = nn.TransformerEncoder(
+                enc,
+                layers,
+                nn.LayerNorm(d_model, bias=False),
+                enable_nested_tensor=False,
+            )
+            self.decoder = nn.TransformerDecoder(
+                dec, layers, nn.LayerNorm(d_model, bias=False)
+            )
             self.out = nn.Linear(d_model, len(VOCAB), bias=False)
 
     def tokens(self, ids):
@@ -114,9 +124,16 @@ class NumberToWords(nn.Module):
 
     def decode(self, memory, src, tgt_in):
         T = tgt_in.shape[1]
-        causal = torch.triu(torch.ones(T, T, dtype=torch.bool, device=tgt_in.device), 1)   # True: may not attend
-        h = self.decoder(self.tokens(tgt_in), memory, tgt_mask=causal, tgt_is_causal=True,
-                         tgt_key_padding_mask=tgt_in == PAD, memory_key_padding_mask=src == PAD)
+        # True: may not attend
+        causal = torch.triu(torch.ones(T, T, dtype=torch.bool, device=tgt_in.device), 1)
+        h = self.decoder(
+            self.tokens(tgt_in),
+            memory,
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            tgt_key_padding_mask=tgt_in == PAD,
+            memory_key_padding_mask=src == PAD,
+        )
         return self.out(h)
 
     def forward(self, src, tgt_in):
@@ -183,43 +200,60 @@ def make_adamw(model, lr=1.0):
 
 
 # From labs/06_transformer_ddp.ipynb, section "3. The training step: Noam, clipping, mixed precision".
-def train_step(model, opt, sched, scaler, src, tgt, amp_dtype=None, clip=1.0, group=None):
-    # One step on this rank's share; returns (loss over the global batch, gradient norm, lr used).
+def train_step(model, opt, sched, scaler, src, tgt, amp_dtype=None, clip=1.0,
+               group=None):
+    # One step on this rank's share; returns (loss over the global batch, gradient
+    # norm, lr used).
     dev = src.device
-    with torch.autocast(dev.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+    with torch.autocast(
+        dev.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None
+    ):
         logits = model(src, tgt[:, :-1])
     gold = tgt[:, 1:]
-    loss_sum = F.cross_entropy(logits.float().flatten(0, 1), gold.flatten(), ignore_index=PAD, reduction="sum")
+    loss_sum = F.cross_entropy(
+        logits.float().flatten(0, 1), gold.flatten(), ignore_index=PAD, reduction="sum"
+    )
     totals = torch.stack([loss_sum.detach(), (gold != PAD).sum().to(loss_sum.dtype)])
     ranks = 1
     if isinstance(model, DDP):
         dist.all_reduce(totals, group=group)
         ranks = dist.get_world_size(group)
     opt.zero_grad(set_to_none=True)
-    scaler.scale(loss_sum * ranks / totals[1]).backward()   # DDP averages: the global token mean
+    # DDP averages: the global token mean
+    scaler.scale(loss_sum * ranks / totals[1]).backward()
     scaler.unscale_(opt)
     norm = nn.utils.clip_grad_norm_(model.parameters(), clip)
     lr = opt.param_groups[0]["lr"]
-    scaler.step(opt)                                        # skipped if fp16 gradients overflowed
+    scaler.step(opt)  # skipped if fp16 gradients overflowed
     scaler.update()
     sched.step()
     return (totals[0] / totals[1]).item(), norm.item(), lr
 
 
 # From labs/06_transformer_ddp.ipynb, section "3. The training step: Noam, clipping, mixed precision".
-def train(model, opt, sched, data, per_rank, epochs=1, steps=None, amp_dtype=None, clip=1.0, group=None):
-    # DistributedSampler shards every epoch (set_epoch reshuffles); returns one (loss, norm, lr) per step.
+def train(model, opt, sched, data, per_rank, epochs=1, steps=None, amp_dtype=None,
+          clip=1.0, group=None):
+    # DistributedSampler shards every epoch (set_epoch reshuffles); returns one
+    # (loss, norm, lr) per step.
     dev = next(model.parameters()).device
     ddp = isinstance(model, DDP)
-    sampler = DistributedSampler(data, num_replicas=dist.get_world_size(group) if ddp else 1,
-                                 rank=dist.get_rank(group) if ddp else 0, shuffle=True, seed=0)
-    loader = DataLoader(data, batch_size=per_rank, sampler=sampler, collate_fn=pad_collate)
+    sampler = DistributedSampler(
+        data,
+        num_replicas=dist.get_world_size(group) if ddp else 1,
+        rank=dist.get_rank(group) if ddp else 0,
+        shuffle=True,
+        seed=0,
+    )
+    loader = DataLoader(
+        data, batch_size=per_rank, sampler=sampler, collate_fn=pad_collate
+    )
     scaler = torch.amp.GradScaler(dev.type, enabled=amp_dtype == torch.float16)
     log = []
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
         for src, tgt in loader:
-            log.append(train_step(model, opt, sched, scaler, src.to(dev), tgt.to(dev), amp_dtype, clip, group))
+            log.append(train_step(model, opt, sched, scaler, src.to(dev), tgt.to(dev),
+                                  amp_dtype, clip, group))
             if steps is not None and len(log) == steps:
                 return log
     return log
@@ -227,8 +261,10 @@ def train(model, opt, sched, data, per_rank, epochs=1, steps=None, amp_dtype=Non
 
 # From labs/06_transformer_ddp.ipynb, section "9. Half the bytes: a compression hook".
 def compress_hook(dtype):
-    # A DDP comm hook: all-reduce each bucket in `dtype`; hook.sent lists the bytes of each all-reduce.
-    def hook(group: dist.ProcessGroup, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    # A DDP comm hook: all-reduce each bucket in `dtype`; hook.sent lists the bytes
+    # of each all-reduce.
+    def hook(group: dist.ProcessGroup,
+             bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         group = group or dist.group.WORLD
         low = bucket.buffer().to(dtype).div_(group.size())
         hook.sent.append(low.numel() * low.element_size())
