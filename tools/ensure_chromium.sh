@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# make test-browser drives Debian's chromium (/usr/bin/chromium) with Playwright; install it when
-# missing. Playwright's own browser download needs the internet, so it is never used.
+# make test-browser and make test-hub drive Debian's chromium (/usr/bin/chromium) with Playwright;
+# install it when missing. Playwright's own browser download needs the internet, so it is never used.
 set -euo pipefail
 [[ -x /usr/bin/chromium ]] && exit 0
-say() { echo "make test-browser: $*" >&2; }
+say() { echo "browser tests: $*" >&2; }
 if ! command -v apt-get >/dev/null; then
   say "no /usr/bin/chromium and no apt-get here: install Chromium with this system's package" \
       "manager so that it is /usr/bin/chromium (or a link to it), then run it again"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# make test-hub's installs, each skipped when already done: JupyterHub, JupyterLab and Playwright
-# (requirements-hub.txt) into the venv, configurable-http-proxy from npm under the venv, and
+# make test-hub's installs, each skipped when already done: requirements-hub.txt (JupyterHub,
+# JupyterLab, ...) into the venv, configurable-http-proxy from npm under the venv, and
 # Debian's chromium when /usr/bin/chromium is missing (needs root and apt-get).
 #   tools/hub/install.sh PYTHON
 set -euo pipefail
@@ -12,7 +12,7 @@ say() { echo "make test-hub: $*" >&2; }
 
 stamp=$venv/.hub-installed
 if [[ ! -e $stamp || requirements-hub.txt -nt $stamp ]]; then
-  say "installing requirements-hub.txt (JupyterHub, JupyterLab, Playwright) into $venv"
+  say "installing requirements-hub.txt (JupyterHub, JupyterLab, jupyterlab-myst, nbgitpuller) into $venv"
   "$python" -m pip install -q --disable-pip-version-check -r requirements-hub.txt
   touch "$stamp"
 fi
@@ -28,13 +28,4 @@ if [[ ! -x $chp ]] || [[ $("$chp" --version) != "$CHP_VERSION" ]]; then
   npm install --silent --no-fund --no-audit --prefix "$venv/share/chp" "configurable-http-proxy@$CHP_VERSION" >/dev/null
 fi
 
-if [[ ! -x /usr/bin/chromium ]]; then
-  if [[ $(id -u) != 0 ]] || ! command -v apt-get >/dev/null; then
-    say "the browser test drives Debian's chromium at /usr/bin/chromium, which is missing; installing it" \
-        "needs root and apt-get: run 'apt-get install chromium' as root (or run make test-hub as root)"
-    exit 2
-  fi
-  say "installing chromium with apt-get"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
-    || { say "apt-get install chromium failed"; exit 2; }
-fi
+tools/ensure_chromium.sh
