@@ -3,14 +3,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from chromium import CHROMIUM, CHROMIUM_ARGS
 from local_site import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
-CHROMIUM = "/usr/bin/chromium"
-# No GPU, no sandbox (we run as root in a container), and nothing Chromium would fetch by itself.
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 VIEWPORT = {"width": 1280, "height": 800}  # a common laptop screen
 
 

@@ -9,7 +9,8 @@ import psutil
 import pytest
 
 from dplab.backend import free_port
-from hub_process import (BIN, CHP, CHROMIUM, ENGINES, MARK, ROOT, STATE, STOP_S, USER, describe, marked_processes,
+from chromium import CHROMIUM
+from hub_process import (BIN, CHP, ENGINES, MARK, ROOT, STATE, STOP_S, USER, describe, marked_processes,
                          wait_for_hub, write_config)
 
 

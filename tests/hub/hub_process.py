@@ -18,7 +18,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 STATE = ROOT / "_build" / "hub"
 SAMPLE = ROOT / "hub" / "jupyterhub_config.py"
 BIN = pathlib.Path(sys.executable).parent
-CHROMIUM = pathlib.Path("/usr/bin/chromium")  # Debian's; Playwright's own download cannot work offline
 CHP = BIN.parent / "share" / "chp" / "node_modules" / ".bin" / "configurable-http-proxy"
 USER = "learner"
 ENGINES = 3  # not the labs' default 4, so the lab's engine count can only come from the spawner

@@ -7,11 +7,10 @@ import time
 
 from playwright.sync_api import sync_playwright
 
-from hub_process import CHROMIUM, ENGINES, ROOT, STATE, STOP_S, command_lines, load_sample
+from chromium import CHROMIUM, CHROMIUM_ARGS
+from hub_process import ENGINES, ROOT, STATE, STOP_S, command_lines, load_sample
 
 LAB = "labs/00_meet_your_workers.ipynb"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 RUN_S = 240  # the whole notebook, on a busy 2-core box
 STEP_MS = 60_000  # one page load, login, spawn or click
 
