@@ -5,6 +5,7 @@ import sys
 
 import psutil
 import pytest
+from processes import descendants, wait_until_gone
 
 BIN = os.path.dirname(sys.executable)
 
@@ -16,18 +17,6 @@ def clean_env(monkeypatch):
         if key.startswith("DPLAB_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("PATH", BIN + os.pathsep + os.environ.get("PATH", ""))
-
-
-def descendants() -> set[int]:
-    """PIDs of every live process this test process started, at any depth."""
-    alive = set()
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE:
-                alive.add(child.pid)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
 
 
 def rank_lines(stdout: str, pattern: str) -> list[str]:
@@ -47,18 +36,6 @@ def cluster_processes(cluster_id: str) -> list[str]:
         except psutil.Error:
             continue
     return found
-
-
-def wait_until_gone(pids: set[int], timeout: float = 10.0) -> set[int]:
-    """Wait for the given PIDs to exit; return those still alive."""
-    procs = []
-    for pid in pids:
-        try:
-            procs.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=timeout)
-    return {p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE}
 
 
 @pytest.fixture

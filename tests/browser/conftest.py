@@ -1,10 +1,10 @@
 """The built book served on loopback, and headless Debian Chromium driven by Playwright."""
 from pathlib import Path
 
-import psutil
 import pytest
 from chromium import CHROMIUM, CHROMIUM_ARGS
 from local_site import serve
+from processes import descendants, wait_until_gone
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
@@ -42,13 +42,12 @@ def browser_context():
                     pytrace=False)
     from playwright.sync_api import sync_playwright
 
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    before = descendants()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
         context = browser.new_context(viewport=VIEWPORT, service_workers="block")
         yield context
         context.close()
         browser.close()
-    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    gone, alive = psutil.wait_procs(left, timeout=10)
-    assert not alive, f"browser processes left running: {[p.name() for p in alive]}"
+    alive = wait_until_gone(descendants() - before, timeout=10)
+    assert not alive, f"browser processes left running: {sorted(alive)}"
