@@ -34,6 +34,16 @@ def test_every_lab_and_chapter_is_in_the_toc():
     assert [p for p in pages if p not in listed] == []
 
 
+def test_labs_are_numbered_in_the_order_a_reader_meets_them():
+    """The toc lists Lab 0, 1, 2, ... in turn, and each lab's file, label and title carry its number."""
+    labs = [f for f in toc_files() if f.startswith("labs/")]
+    numbers = [int(Path(f).name[:2]) for f in labs]
+    assert numbers == list(range(len(labs))), f"labs out of order in _toc.yml: {labs}"
+    for f, k in zip(labs, numbers):
+        first = nbformat.read(ROOT / (f + ".ipynb"), as_version=4).cells[0].source
+        assert first.startswith(f"(lab-{k})=\n# Lab {k}:"), f"{f}: label and title should say Lab {k}"
+
+
 def test_environment_yml_takes_pip_packages_from_requirements():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
