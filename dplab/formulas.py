@@ -50,9 +50,15 @@ def scaled_lr(lr: float, k: float, rule: str) -> float:
     return lr * (k if rule == "linear" else math.sqrt(k))
 
 
-def warmup_factor(step: int, warmup: int) -> float:
-    """Linear warm-up: the fraction min(1, s / w) of the full rate at step s = 1, 2, ..."""
-    return min(1.0, step / warmup)
+def warmup_factor(step: int, warmup: int, k: float) -> float:
+    """Goyal et al.'s gradual warm-up, as a multiple of the base rate η: 1 + (k − 1)·min(1, s / w).
+
+    Step s = 0, 1, ... runs at η_s = η + (kη − η)·min(1, s / w): η at the first step, a constant
+    increment per step, kη from step w on (Goyal et al. 2017, section 2.2). Large-batch chapter.
+    """
+    if warmup < 1 or k < 1:
+        raise ValueError(f"need warmup >= 1 step and k >= 1, got warmup={warmup}, k={k}")
+    return 1 + (k - 1) * min(1.0, step / warmup)
 
 
 def critical_batch_ratios(batch: float, b_noise: float) -> tuple[float, float]:
@@ -66,18 +72,40 @@ def clip_by_norm(g: np.ndarray, c: float) -> np.ndarray:
 
 
 def loss_scale_range(dtype: torch.dtype, scale: float) -> tuple[float, float]:
-    """(flush, largest): unscaled gradients above flush and up to largest stay nonzero and finite.
+    """(flush, overflow): a gradient v scaled by `scale` and rounded to `dtype` is 0 iff |v| <= flush,
+    and ±inf iff |v| >= overflow (round to nearest, ties to even).
 
-    flush is half the smallest subnormal over scale (at or below it, the scaled value rounds to 0);
-    largest is the largest finite value over scale.
+    flush is half the smallest subnormal over scale: exactly half rounds to the even neighbour, 0.
+    overflow is the largest finite value plus half its spacing, over scale: from that tie on,
+    rounding goes to the next power of two, which does not exist (inf). Large-batch chapter.
     """
     fi = torch.finfo(dtype)
-    return fi.smallest_normal * fi.eps / 2 / scale, fi.max / scale
+    mantissa = round(-math.log2(fi.eps))              # stored fraction bits
+    top_spacing = 2.0 ** (math.floor(math.log2(fi.max)) - mantissa)
+    return fi.smallest_normal * fi.eps / 2 / scale, (fi.max + top_spacing / 2) / scale
 
 
-def dataparallel_hub_bytes(k: int, n: float) -> float:
-    """Bytes through GPU 0 per DataParallel step: parameters out and gradients in (large-batch chapter)."""
-    return 2 * (k - 1) * n
+def dataparallel_link_bytes(k: int, n: float) -> list[tuple[float, float]]:
+    """(sent, received) bytes per GPU, GPU 0 first, then ring order, for one step of torch.nn.DataParallel.
+
+    The step broadcasts n bytes of parameters from GPU 0 (replicate) and reduces n bytes of
+    gradients to GPU 0 (Broadcast.backward), both as NCCL ring pipelines: the broadcast runs
+    0 -> 1 -> ... -> k-1, the reduce 1 -> ... -> k-1 -> 0, each GPU forwarding what it got.
+    Inputs scattered from and outputs gathered to GPU 0 come on top (large-batch chapter).
+    Sources: torch 2.13 nn/parallel/replicate.py replicate -> comm.broadcast_coalesced;
+    nn/parallel/_functions.py Broadcast.backward -> comm.reduce_add -> cuda/nccl.py reduce;
+    NCCL src/device/broadcast.h and reduce.h, runRing.
+    """
+    if k < 1:
+        raise ValueError(f"need k >= 1 GPUs, got {k}")
+    if k == 1:
+        return [(0.0, 0.0)]                        # DataParallel just calls the module
+    out = []
+    for i in range(k):
+        bcast_sent, bcast_recv = (n if i < k - 1 else 0.0), (n if i > 0 else 0.0)
+        reduce_sent, reduce_recv = (n if i > 0 else 0.0), (n if i != 1 else 0.0)
+        out.append((bcast_sent + reduce_sent, bcast_recv + reduce_recv))
+    return out
 
 
 def half_ring(n: float, p: int) -> cm.Cost:
@@ -94,7 +122,12 @@ def backup_variance_factor(p: int, k: int) -> float:
 
 
 def staleness_total(updates: int, workers: int) -> int:
-    """Total staleness of G updates from W always-busy workers of an asynchronous server."""
+    """Total staleness of G updates at an asynchronous server whose W workers are always busy.
+
+    Assumes a fixed number G of pulls (W at the start, then one after each applied gradient
+    until G are issued) and that every pulled gradient is applied: the versions applied are
+    0..G-1 and those pulled 0 (W times), 1, ..., G-W, whatever the order of arrival.
+    """
     G, W = updates, workers
     return G * (G - 1) // 2 - (G - W) * (G - W + 1) // 2
 
@@ -109,6 +142,12 @@ def powersgd_ratio(m: int, n: int, r: int) -> float:
     return m * n / (r * (m + n))
 
 
-def parameter_server_bytes(workers: int, n: float) -> float:
-    """Bytes a single parameter server receives and sends per synchronous round: 2 W n."""
-    return 2 * workers * n
+def parameter_server_bytes(workers: int, n: float, servers: int = 1) -> float:
+    """Bytes one server's link receives and sends per synchronous round: 2 W n / S.
+
+    Each of the W workers pushes its n-byte gradient and pulls n bytes of parameters; with the
+    parameters sharded evenly over S servers, each server handles 1/S of every message.
+    """
+    if servers < 1:
+        raise ValueError(f"need at least one server, got {servers}")
+    return 2 * workers * n / servers

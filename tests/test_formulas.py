@@ -72,22 +72,43 @@ def test_scaled_lr_keeps_what_each_rule_promises():
         f.scaled_lr(lr, k, "cubic")
 
 
-def test_warmup_factor_drives_lambdalr_linearly_to_the_full_rate():
-    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.4)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: f.warmup_factor(s + 1, 5))
-    seen = []
-    for _ in range(8):
-        seen.append(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step()
-    assert np.allclose(seen, [0.08, 0.16, 0.24, 0.32, 0.4, 0.4, 0.4, 0.4])
+def test_warmup_factor_is_goyal_ramp_as_pytorch_linearlr_runs_it():
+    """PyTorch's LinearLR from η = kη/k to kη over w steps is Goyal et al.'s gradual warm-up."""
+    eta, k, w = 0.1, 8, 5
+    ours = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=eta)
+    theirs = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=k * eta)
+    scheds = (torch.optim.lr_scheduler.LambdaLR(ours, lambda s: f.warmup_factor(s, w, k)),
+              torch.optim.lr_scheduler.LinearLR(theirs, start_factor=1 / k, total_iters=w))
+    for _ in range(w + 3):
+        assert math.isclose(ours.param_groups[0]["lr"], theirs.param_groups[0]["lr"])
+        for opt, sched in zip((ours, theirs), scheds):
+            opt.step()
+            sched.step()
+    assert math.isclose(f.warmup_factor(0, w, k) * eta, eta)  # starts at η, not at 0
+    with pytest.raises(ValueError, match="warmup"):
+        f.warmup_factor(0, 0, k)
 
 
-def test_critical_batch_ratios_trade_steps_for_samples():
-    for batch in (1.0, 10.0, 1e4):
-        s, e = f.critical_batch_ratios(batch, 100.0)
-        assert math.isclose((s - 1) * (e - 1), 1)
-    assert f.critical_batch_ratios(100.0, 100.0) == (2.0, 2.0)
+def test_critical_batch_ratios_match_one_best_step_on_a_noisy_quadratic():
+    """McCandlish et al.: at the best step size a batch-b gradient gains ΔL_max / (1 + B_noise/b).
+
+    Monte Carlo on a quadratic with Hessian H whose batch gradient is G plus Gaussian noise of
+    covariance Σ/b; the best fixed step maximises the mean gain, E[Gᵀg]²/(2 E[gᵀHg]).
+    """
+    rng = np.random.default_rng(4)
+    h = np.logspace(-2, 0, 6)                     # H = diag(h): anisotropic
+    G, sigma = rng.normal(size=6), 1 / h          # most noise where the loss is flat
+    b_noise = (h * sigma).sum() / (G * h * G).sum()
+    b_simple = sigma.sum() / (G @ G)
+    gain_max = (G @ G) ** 2 / (2 * (G * h * G).sum())
+    for b in (b_noise / 4, b_noise, 4 * b_noise):
+        g = G + rng.normal(size=(400_000, 6)) * np.sqrt(sigma / b)
+        gain = (g @ G).mean() ** 2 / (2 * ((g * h * g).sum(1)).mean())
+        steps, samples = f.critical_batch_ratios(b, b_noise)
+        assert abs(gain_max / gain / steps - 1) < 0.02
+        assert math.isclose(samples, steps * b / b_noise)  # E = S·b against E_min = S_min·B_noise
+        # trΣ/‖G‖² ignores H: here it is far off, so the check tells the two apart
+        assert abs(gain_max / gain / f.critical_batch_ratios(b, b_simple)[0] - 1) > 0.2
 
 
 @pytest.mark.parametrize("c", [0.1, 1.0, 100.0])
@@ -99,17 +120,55 @@ def test_clip_by_norm_agrees_with_torch(c):
     assert np.allclose(f.clip_by_norm(g, c), t.grad.numpy(), rtol=1e-5)
 
 
-def test_loss_scale_range_is_what_fp16_keeps():
-    scale = 2.0**16
-    flush, largest = f.loss_scale_range(torch.float16, scale)
-    to16 = lambda v: torch.tensor(v * scale, dtype=torch.float64).to(torch.float16)
-    assert to16(flush * 1.01) > 0 and to16(flush) == 0
-    assert torch.isfinite(to16(largest)) and torch.isinf(to16(largest * 1.01))
+def test_fp16_flushes_at_and_below_two_to_the_minus_25_by_a_real_cast():
+    assert torch.tensor(2.0**-25).half() == 0  # exactly half the smallest subnormal: ties to even, 0
+    above = np.nextafter(np.float32(2.0**-25), np.float32(1))  # the next float32
+    assert torch.tensor(above).half() == 2.0**-24
+    assert torch.isinf(torch.tensor(65520.0).half())  # the tie above 65504 goes to 2^16: inf
+    assert torch.tensor(np.nextafter(np.float32(65520), np.float32(0))).half() == 65504
 
 
-def test_dataparallel_hub_moves_k_times_a_ring_rank():
-    for k in (2, 4, 8):
-        assert math.isclose(f.dataparallel_hub_bytes(k, 1e9) / cm.bandwidth_lower_bound_bytes(1e9, k), k)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("scale", [1.0, 2.0**16])
+def test_loss_scale_range_is_where_real_casts_flush_and_overflow(dtype, scale):
+    flush, overflow = f.loss_scale_range(dtype, scale)
+    # the scaled value, exactly representable in float32, cast as autocast's outputs are
+    cast = lambda v: torch.tensor(np.float32(v)).to(dtype).item()
+    up = lambda v: np.nextafter(np.float32(v), np.float32(np.inf))
+    down = lambda v: np.nextafter(np.float32(v), np.float32(0))
+    assert cast(flush * scale) == 0 and cast(up(flush * scale)) > 0
+    assert math.isinf(cast(overflow * scale)) and math.isfinite(cast(down(overflow * scale)))
+
+
+def nccl_ring_bytes(ring, n, root=0):
+    """(sent, received) per GPU for NCCL's ring broadcast from root, then its ring reduce to root.
+
+    Transcribes the roles of runRing in NCCL's src/device/broadcast.h (root: send; the GPU
+    whose next is root: recv; others: recvCopySend) and src/device/reduce.h (the GPU whose
+    prev is root: send; root: recvReduceCopy; others: recvReduceSend).
+    """
+    k, count = len(ring), {g: [0.0, 0.0] for g in ring}
+    for pos, g in enumerate(ring):
+        prev, nxt = ring[pos - 1], ring[(pos + 1) % k]
+        bcast = "send" if g == root else "recv" if nxt == root else "recv+send"
+        reduce = "send" if prev == root else "recv" if g == root else "recv+send"
+        for role in (bcast, reduce):
+            count[g][0] += n * ("send" in role)
+            count[g][1] += n * ("recv" in role)
+    return count
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 8])
+def test_dataparallel_link_bytes_match_nccl_ring_broadcast_and_reduce(k):
+    rng = np.random.default_rng(k)
+    ring = [int(g) for g in rng.permutation(k)]  # NCCL picks the ring from the topology
+    counted = nccl_ring_bytes(ring, 1e9)
+    start = ring.index(0)
+    in_ring_order = [tuple(counted[g]) for g in ring[start:] + ring[:start]]
+    assert in_ring_order == f.dataparallel_link_bytes(k, 1e9)
+    assert f.dataparallel_link_bytes(1, 1e9) == [(0.0, 0.0)]  # one GPU: no copies at all
+    if k > 2:  # the old hub model, 2(k - 1)·n through GPU 0, is not what the rings move
+        assert sum(counted[0]) != 2 * (k - 1) * 1e9
 
 
 @pytest.mark.parametrize("p", [2, 5, 8])
@@ -149,6 +208,10 @@ def test_local_sgd_rounds_and_powersgd_and_ps_bytes_count_what_they_say():
     sent = torch.zeros(m, r).numel() + torch.zeros(n, r).numel()  # P and Q
     assert math.isclose(f.powersgd_ratio(m, n, r), torch.zeros(m, n).numel() / sent)
     W, nbytes = 16, 1000
-    received = sum(nbytes for _ in range(W))  # one gradient from each worker
-    sent_back = sum(nbytes for _ in range(W))  # new parameters to each
-    assert f.parameter_server_bytes(W, nbytes) == received + sent_back
+    for S in (1, 4, W):  # the parameters cut into S equal shards, one per server
+        shard = nbytes / S
+        received = sum(shard for _ in range(W))  # each worker's gradient slice for this server
+        sent_back = sum(shard for _ in range(W))  # this server's parameter slice to each
+        assert f.parameter_server_bytes(W, nbytes, S) == received + sent_back
+    with pytest.raises(ValueError, match="server"):
+        f.parameter_server_bytes(W, nbytes, 0)
