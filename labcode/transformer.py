@@ -179,6 +179,18 @@ NOAM_FACTOR = 0.25
 
 
 # From labs/06_transformer_ddp.ipynb, section "3. The training step: Noam, clipping, mixed precision".
+PAPER_D_MODEL = 512                 # Vaswani et al. 2017, base model: d_model (3.1),
+
+
+# From labs/06_transformer_ddp.ipynb, section "3. The training step: Noam, clipping, mixed precision".
+PAPER_WARMUP = 4000                 # warmup_steps (Vaswani et al. 2017, 5.3),
+
+
+# From labs/06_transformer_ddp.ipynb, section "3. The training step: Noam, clipping, mixed precision".
+PAPER_STEPS = 100_000               # training steps (Vaswani et al. 2017, 5.2)
+
+
+# From labs/06_transformer_ddp.ipynb, section "3. The training step: Noam, clipping, mixed precision".
 def noam(step, d_model, warmup, factor=1.0):
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
@@ -210,8 +222,10 @@ def train_step(model, opt, sched, scaler, src, tgt, amp_dtype=None, clip=1.0,
     ):
         logits = model(src, tgt[:, :-1])
     gold = tgt[:, 1:]
+    # at least fp32: autocast's fp16/bf16 logits go up to fp32, float64 stays float64
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     loss_sum = F.cross_entropy(
-        logits.float().flatten(0, 1), gold.flatten(), ignore_index=PAD, reduction="sum"
+        logits.flatten(0, 1), gold.flatten(), ignore_index=PAD, reduction="sum"
     )
     totals = torch.stack([loss_sum.detach(), (gold != PAD).sum().to(loss_sum.dtype)])
     ranks = 1

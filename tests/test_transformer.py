@@ -74,3 +74,23 @@ def test_train_step_loss_is_the_mean_over_target_tokens_and_clips_to_the_thresho
     clipped = math.sqrt(sum(float(q.grad.pow(2).sum()) for q in net.parameters()))
     assert loss == pytest.approx(float(want), rel=1e-6) and norm > 1e-3
     assert clipped == pytest.approx(1e-3, rel=1e-4)
+
+
+def test_train_step_keeps_a_float64_loss_in_float64_and_lifts_autocast_logits_to_fp32():
+    src, tgt = lab.pad_collate([lab.encode(s) for s in ["1", "22", "333"]])
+    off = torch.amp.GradScaler("cpu", enabled=False)
+    net = lab.NumberToWords().double()
+    opt = lab.make_adamw(net, lr=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    with torch.no_grad():
+        want = F.cross_entropy(net(src, tgt[:, :-1]).flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=lab.PAD)
+    loss, _, _ = lab.train_step(net, opt, sched, off, src, tgt, None)
+    assert want.dtype == torch.float64 and loss == pytest.approx(float(want), rel=1e-13)
+    net = lab.NumberToWords()
+    opt = lab.make_adamw(net, lr=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = net(src, tgt[:, :-1])
+    want = F.cross_entropy(logits.float().flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=lab.PAD)
+    loss, _, _ = lab.train_step(net, opt, sched, off, src, tgt, torch.bfloat16)
+    assert logits.dtype == torch.bfloat16 and loss == pytest.approx(float(want), rel=1e-6)
