@@ -3,10 +3,13 @@
 Change the lab, then run `python tools/export_labs.py`; a test fails while the two differ.
 """
 import functools
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from dplab.formulas import overlap_step_time
 from dplab.models import mlp
+from dplab.timing import interleaved
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
@@ -109,3 +112,64 @@ def make_step(kind, x, y, device, cap=None, group=None):
             overlap.wait()
         opt.step()
     return model, step
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+def slowest_rank_times(fns, repeats, device, group=None):
+    # Seconds of every step in every repeat, the steps taking turns (interleaved) so
+    # that a slow moment of the machine hits them all; each value is the slowest
+    # rank's, as a step costs what its slowest rank took. dplab.timing's
+    # ranks_interleaved does the same but keeps only the median of the repeats.
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+
+    def start(name):                      # untimed: the ranks start each step together
+        dist.barrier(group=group)
+        if sync:
+            sync()
+
+    times = interleaved(fns, repeats, warmup=0, before=start, sync=sync)
+    table = torch.tensor(
+        [times[n].tolist() for n in fns], dtype=torch.float64, device=device
+    )
+    dist.all_reduce(table, op=dist.ReduceOp.MAX, group=group)
+    return dict(zip(fns, table.cpu().tolist()))
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+REPEATS = 15
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+TOL = 0.15
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+def paired_ratio(times, reference):
+    # Median over the repeats of times[i] / reference[i]. The two steps of repeat i ran
+    # moments apart, so a slow moment of the machine slows both and cancels.
+    return float(np.median(np.asarray(times) / np.asarray(reference)))
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+def overlapped_ratio(compute_s, forward_s, one_bucket_s, bucket_bytes):
+    # The step with these buckets over the step with one bucket, if the all-reduces run
+    # on a resource of their own (overlap_step_time, the DDP chapter's model). The
+    # all-reduce and backward are split among the buckets, in launch order, by bytes.
+    share = np.asarray(bucket_bytes, dtype=float) / sum(bucket_bytes)
+    comm = max(one_bucket_s - compute_s, 0.0) * share  # each bucket's all-reduce
+    compute = (compute_s - forward_s) * share           # backward, last layers first
+    compute[0] += forward_s                             # bucket 1 waits for forward
+    return overlap_step_time(compute, comm) / one_bucket_s
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+def check_overlap(ratios, overlapped, tol, own_resource):
+    # Assert that each measured ratio (DDP with a cap / DDP with one bucket) fits the
+    # model. With no resource of its own, communication adds its time wherever it
+    # runs: the model says 1. With one, it may hide: at best `overlapped`, at worst 1.
+    for cap, r in ratios.items():
+        low = (overlapped[cap] if own_resource else 1) - tol
+        assert low <= r <= 1 + tol, (
+            f"bucket cap {cap} MiB: measured {r:.2f}, "
+            f"the model allows {low:.2f} to {1 + tol:.2f}"
+        )
