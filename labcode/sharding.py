@@ -30,6 +30,10 @@ STAGES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3 / FSDP"}
 
 
 # From labs/07_sharding.ipynb, section "1. What every rank holds under DDP".
+GPU_BYTES = 80e9            # an 80 GB H100 (NVIDIA H100 datasheet), decimal bytes
+
+
+# From labs/07_sharding.ipynb, section "1. What every rank holds under DDP".
 def model_state_bytes(psi, p=1, stage=0, k=ADAM_K, low=LOW_BYTES):
     # Bytes of parameters, gradients and optimizer state per rank; stage s shards the
     # first s of (optimizer state, gradients, parameters) over p ranks.
@@ -86,7 +90,9 @@ METHODS = ("DDP", "ZeRO-1", "FSDP")
 # From labs/07_sharding.ipynb, section "3. ZeRO-1 and FSDP train what DDP trains".
 def shard_units(model, mesh, reshard_after_forward=True):
     # FSDP2: each Linear is one unit (its parameters are gathered together), then
-    # the root.
+    # the root. True is passed explicitly: fully_shard's default, None, is True for
+    # every unit but the root, False for the root (torch/distributed/fsdp/
+    # _fully_shard/_fully_shard.py); this MLP's root holds no parameter of its own.
     for layer in model.modules():
         if isinstance(layer, nn.Linear):
             fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward)
@@ -174,3 +180,29 @@ def peak_bytes(model, opt, step):
     with tracker:
         step()
     return next(iter(tracker.get_tracker_snapshot("peak").values()))["Total"]
+
+
+# From labs/07_sharding.ipynb, section "Measure".
+def replay(calls, group, device):
+    # A function that issues the collectives `calls` lists (kind and full-buffer
+    # bytes, as collectives_of records them) again on `group`, with float32 buffers of
+    # the same sizes: a step's communication alone.
+    ops = []
+    for c in calls:
+        full = torch.zeros(c.nbytes // 4, device=device)
+        part = torch.zeros(c.nbytes // 4 // c.ranks, device=device)
+        if c.kind == "all_reduce":
+            ops.append(lambda full=full: dist.all_reduce(full, group=group))
+        elif c.kind == "reduce_scatter":
+            ops.append(lambda full=full, part=part:
+                       dist.reduce_scatter_single(part, full, group=group))
+        elif c.kind == "all_gather":
+            ops.append(lambda full=full, part=part:
+                       dist.all_gather_single(full, part, group=group))
+        else:
+            raise ValueError(f"cannot replay a {c.kind!r}")
+
+    def run():
+        for op in ops:
+            op()
+    return run

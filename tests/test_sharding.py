@@ -44,12 +44,12 @@ def test_counter_records_each_collective_with_its_full_buffer_and_restores_torch
     assert (dist.all_reduce, dist.reduce_scatter_single, dist.all_gather_single) == originals
 
 
-def test_zero1_by_hand_equals_ddp_adam_shards_its_state_and_sends_two_collectives_under_mpiexec():
+def test_zero1_by_hand_equals_ddp_adam_shards_its_state_and_sends_two_collectives_and_replays_them_under_mpiexec():
     out = run_job(os.path.join(HERE, "mpi", "check_sharding.py"), 3, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
-    lines = rank_lines(out.stdout, r"rank \d+: same \w+ state \w+ calls \w+ hooked \w+ sizes \w+")
-    assert lines == [f"rank {r}: same True state True calls True hooked True sizes True" for r in range(3)], \
-        out.stdout + out.stderr
+    lines = rank_lines(out.stdout, r"rank \d+: same \w+ state \w+ calls \w+ hooked \w+ sizes \w+ replay \w+")
+    assert lines == [f"rank {r}: same True state True calls True hooked True sizes True replay True"
+                     for r in range(3)], out.stdout + out.stderr
 
 
 def test_collectives_of_sees_ddp_buckets_through_a_hook_and_later_steps_do_not_change_its_list(tmp_path):

@@ -1,4 +1,5 @@
-"""Run under `mpiexec -n 3`: ZeRO-1 by hand equals Adam, shards Adam's state, and sends what it should."""
+"""Run under `mpiexec -n 3`: ZeRO-1 by hand equals Adam, shards Adam's state, and sends what it should;
+`replay` issues again exactly the collectives a step called."""
 import sys
 
 import torch
@@ -10,7 +11,7 @@ from dplab import engine
 from dplab.mpi import job_port
 from dplab.models import mlp
 from dplab.traffic import count_collectives, counting_allreduce_hook
-from labcode.sharding import ZeRO1Adam, optimizer_state_bytes
+from labcode.sharding import ZeRO1Adam, optimizer_state_bytes, replay
 
 info = engine.setup("gloo", "cpu", job_port())
 p = info.world_size
@@ -37,7 +38,14 @@ d = (parameters_to_vector(ddp.parameters()) - parameters_to_vector(zero.paramete
 kinds = [c.kind for c in calls]
 full = {"all_reduce": 8 * psi, "reduce_scatter": 8 * p * shard, "all_gather": 8 * p * shard}
 sizes_ok = all(c.nbytes == full[c.kind] and c.ranks == p for c in calls + hooked)
+# Lab 7's replay of one step's collectives (DDP's, seen through the hook, then ZeRO-1's)
+# issues the same kinds with the same buffers, in the same order.
+step_calls = hooked[:1] + calls[1:3]
+with count_collectives() as replayed:
+    replay(step_calls, None, torch.device("cpu"))()
+replay_ok = replayed == step_calls
 sys.stdout.write(f"rank {info.rank}: same {d <= 1e-12} state {optimizer_state_bytes(zopt) == 2 * 8 * shard} "
-      f"calls {kinds == ['all_reduce', 'reduce_scatter', 'all_gather'] * 3} hooked {len(hooked) == 3} sizes {sizes_ok}\n")  # one write: ranks share stdout
+      f"calls {kinds == ['all_reduce', 'reduce_scatter', 'all_gather'] * 3} hooked {len(hooked) == 3} sizes {sizes_ok} "
+      f"replay {replay_ok}\n")  # one write: ranks share stdout
 sys.stdout.flush()
 engine.finalize()
