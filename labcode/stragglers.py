@@ -2,6 +2,7 @@
 
 Change the lab, then run `python tools/export_labs.py`; a test fails while the two differ.
 """
+import heapq
 import math
 import numpy as np
 import time
@@ -86,6 +87,15 @@ def local_sgd_step(model, x, y, lr, step, H, weight, delay=0.0):
             dist.all_reduce(w)
         vector_to_parameters(w, model.parameters())
     return loss.item()
+
+
+# From labs/08_stragglers.ipynb, section "3. Local SGD: average every H steps".
+def local_sgd_wait(delays, H):
+    # The model's total wait of local SGD: over each round of H steps, the largest sum
+    # of one rank's delays (delays: one row per step, one column per rank).
+    delays = np.asarray(delays)
+    rounds = range(0, len(delays), H)
+    return float(sum(delays[i:i + H].sum(axis=0).max() for i in rounds))
 
 
 # From labs/08_stragglers.ipynb, section "4. An asynchronous parameter server".
@@ -202,3 +212,27 @@ def ps_worker(comm, model, batch, delay):
         total += outbox[2:]
         comm.Send(outbox, dest=0, tag=PS_GRAD)
         sent += 1
+
+
+# From labs/08_stragglers.ipynb, section "5. Backup workers", "Time saved (timings: output not compared)".
+def ps_schedule(workers, updates, wait_for, c, delay):
+    # The times of a synchronous server's updates, in virtual time: worker j's i-th
+    # gradient takes c + delay(j, i) seconds; as in ps_server, each update is the
+    # first wait_for gradients computed on the current version, and a gradient that
+    # arrives for an older one is dropped, its worker starting again at once.
+    events = [(c + delay(j, 0), j, 0, 0) for j in range(1, workers + 1)]
+    heapq.heapify(events)
+    version, waiting, times = 0, [], []
+    while version < updates:
+        t, j, i, used = heapq.heappop(events)
+        if used < version:                                   # stale: dropped
+            heapq.heappush(events, (t + c + delay(j, i + 1), j, i + 1, version))
+            continue
+        waiting.append((j, i))
+        if len(waiting) == wait_for:
+            version += 1
+            times.append(t)
+            for jj, ii in waiting:
+                heapq.heappush(events, (t + c + delay(jj, ii + 1), jj, ii + 1, version))
+            waiting = []
+    return np.array(times)
