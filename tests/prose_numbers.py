@@ -1,0 +1,245 @@
+"""Find the numbers typed by hand in the book's prose: chapters, intro.md and the labs' markdown.
+
+A number in prose is either computed (a chapter glues it: {glue:text}`name`), or it is not a
+quantity at all. What is not a quantity is recognised by rule (`structural`), never by value:
+  - not prose: code, math ($...$, $$, {math}), inline code, roles ({glue}, {ref}, {term}, ...),
+    directive options, labels, link targets, HTML tags, headings and References sections;
+  - a name: digits joined to letters (fp16, H100, ZeRO-1, x86_64), a version after a product
+    name (torch 2.13, NCCL 2.10), a citation year (Goyal et al. 2017, Hockney (1994)), an
+    identifier after its noun (rank 0, GPU 0, Lab 4, stage 3, exercise 2, ranks 0 and 1), a
+    list item's number, a bit width (16-bit, 32 bits);
+  - a constant of a formula written in prose: a number joined to a variable by an operator
+    (2(p − 1)/p · n, 1 − q, s−0.5, 2n). An equals sign does not join: "p = 8" is an input
+    the prose restates, and must be glued.
+
+Everything else must be glued, tied to its constant (`TIED`, for lab markdown, which cannot glue:
+JupyterLab shows a {glue} role raw), or sit on the short `ALLOWED` list with its reason. A lab's
+"About N minutes on a K-core laptop" is tied to its last stored run (`LAB_TIME`).
+
+Run `python tests/prose_numbers.py [PATH ...]` to list the untreated numbers of some pages.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FENCE = re.compile(r"^(\s*)(`{3,}|~{3,}|:{3,})\s*(.*)$")
+CODE_INFOS = ("{code-cell}", "{code-block}", "{code}", "{literalinclude}", "{math}", "{glossary}")
+ROLE = re.compile(r"\{[\w:-]+\}`[^`]*`")
+SUP = re.compile(r"<sup>([^<]*)</sup>")
+SUB = re.compile(r"<sub>[^<]*</sub>")
+SUPERSCRIPT = "⁰¹²³⁴⁵⁶⁷⁸⁹⁻"
+NUMBER = re.compile(
+    r"(?<![\w.,])"  # not the tail of a word, a decimal or a thousands group
+    r"(\d+(?:,\d{3})*(?:\.\d+)?(?:\^[−-]?\d+|[" + SUPERSCRIPT + r"]+)?)"
+    r"(?![\w" + SUPERSCRIPT + r"]|[.,]\d)"
+)
+UNITS = ("B", "KB", "kB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "ms", "s", "µs", "us", "k", "M", "x", "×")
+VAR = r"[A-Za-zα-ωΑ-Ω𝓑ΨΣ](?:_\w{1,5})?(?![A-Za-z])"  # a variable: one letter, maybe a _subscript
+OP = r"[−+·×*/^-]"
+PRODUCTS = (r"torch|PyTorch|NCCL|MPICH|Python|CUDA|HIP|Debian|SLURM|Slurm|NVLink|jupyter-book|"
+            r"ipyparallel|mpi4py|JupyterHub|JupyterLab|Hydra|hydra|MPI|Jupyter Book|PCIe|InfiniBand|"
+            r"mpich|version|v")
+IDENT_NOUNS = (r"[Rr]anks?|GPUs?|[Nn]odes?|[Tt]asks?|[Ww]orkers?|[Ee]ngines?|[Bb]uckets?|[Ss]tages?|"
+               r"[Cc]hunks?|[Rr]ounds?|Labs?|Parts?|[Ee]xercises?|[Ss]teps?|[Cc]ells?|[Pp]anels?|"
+               r"[Ll]ayers?|[Ss]lices?|[Cc]olumns?|[Rr]ows?|[Ee]q\.|Equation|Figure|Table|Section|"
+               r"[Ss]eeds?|[Ii]ssues?|[Bb]its?|[Ss]hards?|[Pp]hases?|[Ss]ervers?|[Cc]ases?|"
+               r"[Tt]hreads?|[Dd]evices?|[Pp]rocess(?:es)?|[Jj]obs?|[Pp]orts?|[Gg]roups?|[Cc]ores?\s(?=\d)")
+IDENT = re.compile(r"(?:" + IDENT_NOUNS + r")\s+(?:\d+(?:\s*(?:,|and|or|to|…|–|-)\s*)+)*$")
+CITATION = re.compile(r"(?:et al\.,?|[A-Z][a-zà-ÿ]+,?|\(|;)\s*\(?$")
+
+
+@dataclass(frozen=True)
+class Found:
+    path: str
+    line: int
+    number: str
+    context: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.number!r} in: {self.context}"
+
+
+# Numbers that are neither glued nor structural, each with its reason. Keep it short: a result
+# never belongs here, and an input belongs here only when no code holds it.
+ALLOWED: list[tuple[str, str, str]] = []
+
+# Lab markdown cannot glue (JupyterLab would show the role raw), so a number it restates is tied
+# to the constant it restates: (lab, the phrase, an expression over labcode that must be True).
+TIED: list[tuple[str, str, str]] = [
+    ("labs/01_single_device.ipynb", r"784-256-128-64-10", "models.MNIST_MLP == (784, 256, 128, 64, 10)"),
+    ("labs/06_transformer_ddp.ipynb", r"d = 512, w = 4000 warm-up steps and trained for 100,000 steps",
+     "transformer.PAPER_D_MODEL == 512 and transformer.PAPER_WARMUP == 4000 and transformer.PAPER_STEPS == 100_000"),
+    ("labs/07_sharding.ipynb", r"the 80 GB of an H100", "sharding.GPU_BYTES == 80e9"),
+]
+
+
+def lab_minutes(lab: str) -> float:
+    """Minutes the lab took when its outputs were last stored (benchmarks/results/lab_times.json)."""
+    times = json.loads((ROOT / "benchmarks" / "results" / "lab_times.json").read_text())
+    return times["labs"][lab] / 60
+
+
+def evaluate(expression: str):
+    """Evaluate a TIED expression with math, the labcode modules and lab_minutes in scope."""
+    import importlib
+
+    import dplab.models
+
+    scope = {"math": math, "lab_minutes": lab_minutes, "models": dplab.models}
+    for name in ("allreduce", "costmodel", "overlap", "sharding", "stragglers", "transformer"):
+        scope[name] = importlib.import_module(f"labcode.{name}")
+    return eval(expression, scope)  # noqa: S307 (expressions written in this file)
+
+
+def pages() -> list[Path]:
+    return sorted((ROOT / "chapters").glob("*.md")) + [ROOT / "intro.md"] + sorted((ROOT / "labs").glob("*.ipynb"))
+
+
+def prose_lines(path: Path) -> list[tuple[int, str]]:
+    """(line number, text) of every prose line of a page; a lab's markdown cells count as one text."""
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text())["cells"]
+        text = "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    else:
+        text = path.read_text()
+    lines = text.split("\n")
+    out, stack, in_math, in_refs = [], [], False, False
+    start = 0
+    if lines and lines[0] == "---":  # front matter
+        start = lines.index("---", 1) + 1
+    for number, line in enumerate(lines[start:], start + 1):
+        stripped = line.strip()
+        m = FENCE.match(line)
+        top = stack[-1] if stack else None
+        if top and m and not m.group(3) and m.group(2)[0] == top[0][0] and len(m.group(2)) >= len(top[0]):
+            stack.pop()
+            continue
+        if top and top[1]:  # inside code
+            continue
+        if m:
+            info = m.group(3).strip()
+            is_code = m.group(2)[0] != ":" and not info.startswith("{") or info.split("}")[0] + "}" in CODE_INFOS
+            stack.append((m.group(2), is_code))
+            continue
+        if stripped.startswith("$$"):
+            in_math = not (in_math or stripped.count("$$") >= 2 and len(stripped) > 2)
+            continue
+        if in_math:
+            continue
+        if re.match(r"^#+\s", stripped):
+            in_refs = bool(re.match(r"^#+\s+(References|Further reading|Bibliography)", stripped))
+            continue
+        if in_refs or re.match(r"^:[\w-]+:", stripped) or re.match(r"^\(?[\w-]+\)=$", stripped):
+            continue
+        if stack and re.match(r"^[\w-]+: ", stripped):  # a directive's options in a --- block
+            continue
+        out.append((number, line))
+    return out
+
+
+def clean(line: str) -> str:
+    """The prose of a line with roles, code, math, link targets and HTML removed (spaces kept)."""
+    line = SUP.sub(lambda m: ("^" + m.group(1)).ljust(len(m.group(0))), line)  # same length
+    line = SUB.sub(lambda m: " " * len(m.group(0)), line)  # an index: β<sub>2</sub>
+    for rx in (ROLE, re.compile(r"`[^`]*`"), re.compile(r"\$[^$]+\$"), re.compile(r"\]\([^)]*\)"),
+               re.compile(r"<[^>]+>")):
+        line = rx.sub(lambda m: " " * len(m.group(0)), line)
+    return line
+
+
+def structural(text: str, start: int, end: int) -> bool:
+    """Whether the number text[start:end] is a name, an identifier, a citation or a formula constant."""
+    before, after, number = text[:start], text[end:], text[start:end]
+    if re.match(r"^\s*(?:\d+\.|[-*])\s", text) and not text[: start].strip():
+        return True  # a list item's own number
+    if re.search(r"[A-Za-z_]-?$", before) and not re.search(VAR + r"\s?[−+·×*/^(-]$", before[-3:]):
+        return True  # fp16, ZeRO-1, H100
+    if re.search(r"(?:" + PRODUCTS + r")\s*[≥>=<≤]?\s*$", before):
+        return True  # a version
+    if re.fullmatch(r"(19|20)\d\d", number) and CITATION.search(before):
+        return True
+    if IDENT.search(before):
+        return True
+    if re.match(r"^(?:[ -]bits?|-bit|-byte)\b", after) and number in ("8", "16", "32", "64"):
+        return True
+    # a formula constant: joined to a variable (or a parenthesis) by an operator, or a coefficient
+    if re.match(r"^\s?(?:log|ln|exp)(?![a-z])", after):
+        return True  # 2 log₂ p
+    if re.match(r"^(?:\^?[−-]?\d*)?(?:[A-Za-zα-ωΨΣ𝓑](?![a-z]{2})|\(|⌈|√)", after) and not re.match(
+            r"^(?:" + "|".join(map(re.escape, UNITS)) + r")\b", after.lstrip()):
+        return True  # 2n, 2(p, 2L, 4Ψ
+    if re.match(r"^\s?" + OP + r"\s?(?:" + VAR + r"|\(|⌈|√|\d+\s?" + OP + r"\s?" + VAR + r")", after):
+        return True  # 1 − q, 1/b, 2 · n
+    if re.search(r"(?:" + VAR + r"|\)|⌉)\s?" + OP + r"{1,2}\s?\(?$", before):
+        return True  # p − 1, s^−0.5, (k − 1)
+    if re.search(r"\(\s*$", before) and re.match(r"^\s?" + OP, after):
+        return True  # (1 − q)
+    return False
+
+
+# A lab's Prerequisites say how long it takes: "About N minutes on a K-core laptop". Both numbers
+# are tied to the lab's last stored run (benchmarks/results/lab_times.json): N is that run's
+# minutes rounded up, K the cores of the machine it ran on.
+LAB_TIME = re.compile(r"[Aa]bout (\d+|one|two|three|four|five) minutes? on an? (\d+)-core laptop")
+WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
+
+
+def lab_time_error(path: Path, line: str) -> str | None:
+    """Why a lab's stated time disagrees with its last stored run, or None when it agrees."""
+    m = LAB_TIME.search(line)
+    times = json.loads((ROOT / "benchmarks" / "results" / "lab_times.json").read_text())
+    seconds = times["labs"].get(path.stem)
+    if seconds is None:
+        return f"no time for {path.stem} in lab_times.json: run tools/execute_labs.py on it"
+    said = int(WORDS.get(m.group(1), m.group(1)))
+    cores = int(re.match(r"(\d+)-core", times["machine"]).group(1))
+    if said != max(1, math.ceil(seconds / 60)) or int(m.group(2)) != cores:
+        return (f"says {said} min on {m.group(2)} cores; the last stored run took "
+                f"{seconds / 60:.1f} min on {times['machine']}")
+    return None
+
+
+def allowed_spans(path: Path, line: str) -> list[tuple[int, int]]:
+    """Where on the line numbers are allowed or tied (the spans of the matching phrases)."""
+    rel = path.relative_to(ROOT)
+    spans = [m.span() for rules in (ALLOWED, TIED) for entry in rules if rel.match(entry[0])
+             for m in re.finditer(entry[1], line)]
+    if path.suffix == ".ipynb":
+        spans += [m.span() for m in LAB_TIME.finditer(line)]
+    return spans
+
+
+def typed_numbers(paths: list[Path] | None = None) -> list[Found]:
+    """Every number in the prose of `paths` (default: every page) that is neither structural nor allowed."""
+    found = []
+    for path in paths or pages():
+        rel = str(path.relative_to(ROOT))
+        for number, line in prose_lines(path):
+            text = clean(line)
+            if path.suffix == ".ipynb" and LAB_TIME.search(line):
+                error = lab_time_error(path, line)
+                if error:
+                    found.append(Found(rel, number, LAB_TIME.search(line).group(0), error))
+            spans = allowed_spans(path, line)
+            for m in NUMBER.finditer(text):
+                if structural(text, m.start(), m.end()):
+                    continue
+                if any(a <= m.start() and m.end() <= b for a, b in spans):
+                    continue
+                found.append(Found(rel, number, m.group(1), line.strip()))
+    return found
+
+
+if __name__ == "__main__":
+    targets = [Path(a).resolve() for a in sys.argv[1:]] or None
+    result = typed_numbers(targets)
+    for f in result:
+        print(f)
+    print(f"{len(result)} typed numbers", file=sys.stderr)

@@ -1,0 +1,100 @@
+"""No number typed by hand in the book's prose: each is glued, tied to its constant, or allowed with a reason.
+
+The rules are in tests/prose_numbers.py; `python tests/prose_numbers.py PAGE` lists a page's numbers.
+"""
+import re
+from pathlib import Path
+
+import pytest
+
+import prose_numbers as pn
+
+
+def test_every_number_in_prose_is_glued_tied_or_allowed():
+    found = pn.typed_numbers()
+    assert found == [], "numbers typed by hand (glue them, or see tests/prose_numbers.py):\n" + "\n".join(
+        map(str, found))
+
+
+@pytest.mark.parametrize("rules", [pn.ALLOWED, pn.TIED], ids=["ALLOWED", "TIED"])
+def test_every_allowance_is_used_and_says_why(rules):
+    for entry in rules:
+        page, phrase, why = entry
+        paths = [p for p in pn.pages() if p.match(page)]
+        assert paths, f"{page}: no such page"
+        used = any(re.search(phrase, line) for p in paths for _, line in pn.prose_lines(p))
+        assert used, f"{page}: {phrase!r} matches no prose line any more: remove it"
+        assert why.strip(), f"{page}: {phrase!r} has no reason"
+
+
+@pytest.mark.parametrize("page, phrase, expression", pn.TIED)
+def test_a_tied_number_equals_its_constant(page, phrase, expression):
+    assert pn.evaluate(expression) is True, f"{page}: {phrase!r} no longer matches {expression}"
+
+
+def scan(tmp_path: Path, prose: str) -> list[str]:
+    page = tmp_path / "chapters" / "page.md"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text("---\nkernelspec: {}\n---\n\n(ch-x)=\n# Title 3\n\n" + prose + "\n")
+    root, pn.ROOT = pn.ROOT, tmp_path
+    try:
+        return [f.number for f in pn.typed_numbers([page])]
+    finally:
+        pn.ROOT = root
+
+
+@pytest.mark.parametrize("prose, flagged", [
+    # results and restated inputs: caught
+    ("A parameter server would receive 14 GB in fp16.", ["14"]),
+    ("The 7-billion-parameter model at p = 8 and p = 64.", ["7", "8", "64"]),
+    ("bf16 autocast was about 1.3 times slower than fp32.", ["1.3"]),
+    ("it comes out at about 1, and the scale is 2<sup>16</sup>; noise ~10⁻⁶.", ["1", "2^16", "10⁻⁶"]),
+    ("Take 63 workers and 10,000 updates.", ["63", "10,000"]),
+    # computed, names, formulas and code: not numbers typed by hand
+    ("It takes {glue:text}`t:.2f` s, see {ref}`lab-4` and {numref}`fig-3`.", []),
+    ("Each rank sends 2(p − 1)/p · n bytes, 1 − (1 − q)^p of the time, in 2 log₂ p rounds.", []),
+    ("fp16, bf16, H100, ZeRO-1 and torch 2.13 (Goyal et al. 2017; Hockney (1994)).", []),
+    ("Rank 0 and ranks 0 and 1 on GPU 0, in Lab 4, exercise 2, stage 3; 16-bit values.", []),
+    ("The math $p = 8$ and the code `x = 14` are not prose.", []),
+    ("Adam's β<sub>2</sub> and B<sub>noise</sub> are names.", []),
+    ("```{code-cell} ipython3\nx = 14\n```\n\n$$\nt = 2(p-1)\n$$", []),
+    ("## References\n\n1. Someone, 2019. 14 pages.", []),
+])
+def test_the_scan_flags_typed_numbers_and_nothing_else(tmp_path, prose, flagged):
+    assert scan(tmp_path, prose) == flagged
+
+
+def scan_lab(tmp_path: Path, markdown: str, seconds: float) -> list[str]:
+    import json
+
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(markdown),
+                                         nbformat.v4.new_code_cell("x = 41")])
+    lab = tmp_path / "labs" / "09_lab.ipynb"
+    lab.parent.mkdir(exist_ok=True)
+    nbformat.write(nb, lab)
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "lab_times.json").write_text(json.dumps(
+        {"machine": "2-core AMD EPYC, Linux", "labs": {"09_lab": seconds}}))
+    root, pn.ROOT = pn.ROOT, tmp_path
+    try:
+        return [f.number for f in pn.typed_numbers([lab])]
+    finally:
+        pn.ROOT = root
+
+
+def test_a_lab_markdown_cell_is_scanned(tmp_path):
+    assert scan_lab(tmp_path, "On the box it took 41 MB.", 60) == ["41"]
+
+
+@pytest.mark.parametrize("said, seconds, flagged", [
+    ("About 3 minutes on a 2-core laptop.", 150, []),
+    ("About one minute on a 2-core laptop.", 20, []),
+    ("About 3 minutes on a 2-core laptop.", 30, ["About 3 minutes on a 2-core laptop"]),
+    ("About 1 minute on a 2-core laptop.", 100, ["About 1 minute on a 2-core laptop"]),
+    ("About 3 minutes on a 4-core laptop.", 150, ["About 3 minutes on a 4-core laptop"]),
+])
+def test_a_labs_stated_time_is_its_last_stored_run(tmp_path, said, seconds, flagged):
+    assert scan_lab(tmp_path, said, seconds) == flagged
