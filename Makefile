@@ -36,9 +36,9 @@ book: setup
 
 test: test-kit test-labs test-labs-other-cpu test-book test-browser
 
-# Labs and kit tests run with the defaults (4 engines, automatic backend), whatever the shell sets.
-UNSET_DPLAB := env -u DPLAB_ENGINES -u DPLAB_BACKEND -u DPLAB_DEVICE -u DPLAB_PORT -u DPLAB_MNIST -u DPLAB_THREADS -u DPLAB_IFACE \
-	-u DPLAB_LAUNCHER -u DPLAB_NODES -u DPLAB_PARTITION
+# Labs and kit tests run with the defaults (4 engines, automatic backend), whatever the shell sets:
+# every DPLAB_* variable in make's environment is removed (no list of settings to keep up to date).
+UNSET_DPLAB := env $(foreach v,$(filter DPLAB_%,$(.VARIABLES)),-u $(v))
 # nbval compares every stored output; tests/nbval_sanitize.cfg masks the floats that depend on summation order.
 NBVAL := $(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-env --nbval-cell-timeout=900 \
 	--nbval-sanitize-with tests/nbval_sanitize.cfg

@@ -13,19 +13,24 @@ Launch recipes (from the repository root):
 
 One job by hand (the same code the launcher runs; prints one JSON line from rank 0):
 
-    PATH=$PWD/.venv/bin:$PATH mpiexec -n 2 python benchmarks/allreduce.py --worker
+    PATH=$PWD/.venv/bin:$PATH mpiexec -n 2 python benchmarks/allreduce.py
 
 On a SLURM cluster whose MPI srun can start (untested on the 2-core dev box), one rank
 per node; the torch rendezvous goes to rank 0's host, on DPLAB_PORT if you set it, else
 on a free port that rank 0 picks and tells the others over MPI:
 
-    srun --mpi=pmi2 -N 2 --ntasks-per-node=1 .venv/bin/python benchmarks/allreduce.py --worker
+    srun --mpi=pmi2 -N 2 --ntasks-per-node=1 .venv/bin/python benchmarks/allreduce.py
+
+The buffers are in host memory (numpy, MPI), so the torch column runs Gloo on the CPU
+(device="cpu", whatever GPUs the machine has).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 
@@ -36,21 +41,23 @@ SIZES = (971_048, 1 << 20, 1 << 24)  # the MNIST MLP gradient, 1 MiB, 16 MiB
 IMPLS = ("naive", "tree", "ring", "MPI.Allreduce", "torch gloo")
 
 
-def worker(sizes, repeats: int) -> None:
-    """Run inside an MPI job: time every implementation, rank 0 prints one JSON line."""
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The benchmark's own option: the message sizes."""
+    ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="message sizes in bytes")
+
+
+def run(args: argparse.Namespace, job) -> None:
+    """On every rank of one job: time every implementation; rank 0 prints one JSON line."""
     from mpi4py import MPI
     import torch
     import torch.distributed as dist
 
-    from dplab import engine
-    from dplab.mpi import job_port
     from dplab.timing import interleaved
 
-    engine.setup("gloo", "cpu", job_port())
     comm = MPI.COMM_WORLD
-    p, r = comm.Get_size(), comm.Get_rank()
+    p, r = job.world_size, job.rank
     results = {}
-    for n in sizes:
+    for n in args.sizes:
         count = n // 4
         x = np.full(count, r + 1, dtype=np.float32)
         t = torch.from_numpy(x)
@@ -70,38 +77,18 @@ def worker(sizes, repeats: int) -> None:
         def check(name: str) -> None:
             assert np.all(x == want), f"{name} gave a wrong sum at n={n}"
 
-        reps = repeats if n <= (1 << 22) else max(5, repeats // 2)
-        times = interleaved(fns, reps, warmup=1, before=reset, after=check)
+        reps = args.repeats if n <= (1 << 22) else max(5, args.repeats // 2)
+        times = interleaved(fns, reps, warmup=args.warmup, before=reset, after=check)
         for k in IMPLS:
             slowest = np.empty(reps)
             comm.Allreduce(times[k], slowest, op=MPI.MAX)
             results.setdefault(str(n), {})[k] = float(np.median(slowest))
     if r == 0:
         print(json.dumps({"p": p, "seconds": results}), flush=True)
-    engine.finalize()
 
 
-def run_job(p: int, sizes, repeats: int) -> dict:
-    """Launch one mpiexec job of p ranks and return its parsed result."""
-    from dplab.mpi import run_job as run_mpi
-
-    out = run_mpi(__file__, p, ["--worker", "--repeats", repeats, "--sizes", *sizes], timeout=900)
-    if out.returncode != 0:
-        raise SystemExit(f"mpiexec -n {p} failed ({out.returncode}):\n{out.stderr[-2000:]}")
-    line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1]
-    return json.loads(line)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--worker", action="store_true", help="run as one rank of an MPI job")
-    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    ap.add_argument("--repeats", type=int, default=20)
-    args = ap.parse_args()
-    if args.worker:
-        worker(args.sizes, args.repeats)
-        return
+def sweep(args: argparse.Namespace, start) -> int:
+    """Run one job per p in --ranks (start(p)), and print the table from their JSON lines."""
     from dplab.timing import machine
 
     print(f"all-reduce busbw, GB/s (median of {args.repeats} repeats; float32; {machine()}; "
@@ -110,7 +97,10 @@ def main() -> None:
     print(head)
     ratios = {}
     for p in args.ranks:
-        res = run_job(p, args.sizes, args.repeats)
+        out: subprocess.CompletedProcess = start(p)
+        if out.returncode != 0:
+            raise SystemExit(f"mpiexec -n {p} failed ({out.returncode}):\n{out.stderr[-2000:]}")
+        res = json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1])
         for n in args.sizes:
             sec = res["seconds"][str(n)]
             bw = {k: busbw(n, sec[k], p) / 1e9 for k in IMPLS}
@@ -119,7 +109,16 @@ def main() -> None:
     target = [(p, n) for (p, n) in ratios if p == 2 and n in (1 << 20, 1 << 24)]
     ok = all(ratios[k] >= 0.8 for k in target)
     print(f"target ring >= 0.8x MPI.Allreduce at 1 MiB and 16 MiB, p=2: {'met' if ok else 'NOT met'}")
+    return 0
+
+
+def main(argv=None) -> int:
+    """Start one job per p and print the table, or be one rank of a job."""
+    from dplab.cluster import jobs
+
+    return jobs.main(__file__, run, ranks=(2, 4), add_arguments=add_arguments, repeats=20, warmup=1,
+                     launch=sweep, settings={"device": "cpu"}, argv=argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -6,7 +6,10 @@ Targets, medians of repeats on a 2-core box: 4 engines ready in <= 4 s; the erro
 stop in <= 2 s healthy and <= 10 s stuck.
 
     python benchmarks/cluster_start.py            # 4 engines, 5 repeats
-    python benchmarks/cluster_start.py --n 2 --repeats 3
+    python benchmarks/cluster_start.py --p 2 --repeats 3
+
+It is the one benchmark that does not use `dplab.cluster.jobs.main`: it is no MPI job, it
+times the starting of one.
 """
 import argparse
 import time

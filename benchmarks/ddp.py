@@ -21,45 +21,39 @@ as the all-reduce (B = 64 here). Oversubscribed cores (p > cores) hide nothing.
 The training step is Lab 4's `make_step` and the timing loop is `dplab.timing.interleaved`,
 the one the lab uses. Launch recipes (from the repository root, with the venv's bin/ on PATH):
 
-    python benchmarks/ddp.py                        # starts `mpiexec -n 2` itself, gloo on CPU
+    python benchmarks/ddp.py                        # starts `mpiexec -n 2` itself
     python benchmarks/ddp.py --ranks 4 --batch 128  # other p or per-rank batch B
     mpiexec -n 2 python benchmarks/ddp.py           # launch the ranks yourself (MPI)
-    DPLAB_DEVICE=cuda python benchmarks/ddp.py      # NCCL, one GPU per rank
 
+Backend and device: the kit's one policy (`dplab.cluster.jobs`, "Backend and device");
+the table's first line says which ran.
 """
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from dplab.timing import timing_arguments
 
-
-def parse_args(argv=None) -> argparse.Namespace:
-    """Command-line options."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The benchmark's own option: the per-rank batch."""
     ap.add_argument("--batch", type=int, default=64, help="per-rank batch B (default 64)")
-    args = timing_arguments(ap, ranks=2, argv=argv)
-    if args.batch < 1:
-        ap.error("--batch must be at least 1")
-    return args
 
 
-def run(args: argparse.Namespace) -> None:
-    """Time every configuration on every rank; rank 0 prints the table."""
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options, or None."""
+    return "--batch must be at least 1" if args.batch < 1 else None
+
+
+def run(args: argparse.Namespace, job) -> None:
+    """On every rank of the job: time every configuration; rank 0 prints the table."""
     import torch
     import torch.distributed as dist
 
-    from dplab import engine
-    from dplab.mpi import job_port
     from dplab.timing import machine, ranks_interleaved
     from dplab.models import gradient_bytes, mlp
     from labcode.overlap import CAPS, WIDE_MLP, make_step  # Lab 4's own code
 
-    cuda = os.environ.get("DPLAB_DEVICE", "cpu") == "cuda"
-    info = engine.setup("nccl" if cuda else "gloo", "cuda" if cuda else "cpu", job_port())
-    rank, world_size, device = info.rank, info.world_size, info.device
+    rank, world_size, device = job.rank, job.world_size, job.device
     gen = torch.Generator().manual_seed(1000 + rank)
     x = torch.randn(args.batch, 784, generator=gen).to(device)
     y = torch.randint(0, 10, (args.batch,), generator=gen).to(device)
@@ -88,16 +82,13 @@ def run(args: argparse.Namespace) -> None:
               f"{med['DDP bucket_cap_mb=25'] / med['DDP bucket_cap_mb=50']:.3f}  (same code, overlap only)")
         comm = base - med["compute only"]
         print(f"communication exposed without overlap: {1e3 * comm:.1f} ms per step")
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def main(argv=None) -> int:
-    """Launch the ranks, or be one of them."""
-    from dplab.mpi import launch_or_run
+    """Start the ranks, or be one of them (dplab.cluster.jobs.main)."""
+    from dplab.cluster import jobs
 
-    args = parse_args(argv)
-    return launch_or_run(__file__, args.ranks, run, args)
+    return jobs.main(__file__, run, ranks=2, add_arguments=add_arguments, check=check, argv=argv)
 
 
 if __name__ == "__main__":

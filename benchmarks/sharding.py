@@ -19,53 +19,55 @@ On the 2-core box that tests the book, q = 4 puts two ranks on each core: compar
 at the same q, not one q with another. Launch recipes (from the repository root, with the
 venv's bin/ on PATH):
 
-    python benchmarks/sharding.py                    # starts `mpiexec -n 4` itself, gloo on CPU
+    python benchmarks/sharding.py                    # starts `mpiexec -n 4` itself
     python benchmarks/sharding.py --width 4096       # a larger model
     mpiexec -n 4 python benchmarks/sharding.py       # launch the ranks yourself (MPI)
-    DPLAB_DEVICE=cuda python benchmarks/sharding.py  # NCCL, one GPU per rank
+
+It needs at least 2 ranks: on one there is nothing to shard. Backend and device: the kit's one policy (`dplab.cluster.jobs`,
+"Backend and device"); the table's first line says which ran.
 """
 from __future__ import annotations
 
 import argparse
 import gc
 import math
-import os
 import sys
 
-from dplab.timing import timing_arguments
+NEEDS = "benchmarks/sharding.py needs at least 2 ranks: there is nothing to shard on one"
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    """Command-line options."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The benchmark's own options: the model's width and the per-rank batch."""
     ap.add_argument("--width", type=int, default=2048, help="hidden width of the MLP (default 2048)")
     ap.add_argument("--batch", type=int, default=32, help="per-rank batch B (default 32)")
-    args = timing_arguments(ap, ranks=4, argv=argv)
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options, or None."""
     if args.width < 1 or args.batch < 1:
-        ap.error("--width and --batch must be at least 1")
-    return args
+        return "--width and --batch must be at least 1"
+    if args.ranks < 2:
+        return f"--ranks {args.ranks}: {NEEDS}"
+    return None
 
 
-def run(args: argparse.Namespace) -> None:
-    """Measure every (q, method) on every rank; rank 0 checks and prints the table."""
+def run(args: argparse.Namespace, job) -> None:
+    """On every rank of the job: measure every (q, method); rank 0 checks and prints the table."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from dplab import engine
     from dplab.models import mlp
-    from dplab.mpi import job_port
     from dplab.timing import machine, ranks_interleaved
     from dplab.traffic import collectives_of
     from labcode.sharding import (METHODS, fsdp_shard_numel, held_bytes, peak_bytes, prepare,
                                   sent_bytes)  # Lab 7's own code
 
-    cuda = os.environ.get("DPLAB_DEVICE", "cpu") == "cuda"
-    info = engine.setup("nccl" if cuda else "gloo", "cuda" if cuda else "cpu", job_port())
-    rank, world_size, device = info.rank, info.world_size, info.device
+    rank, world_size, device = job.rank, job.world_size, job.device
+    cuda = device.type == "cuda"
     qs = [q for q in (2, 4) if q <= world_size]
-    if not qs:
-        raise SystemExit("benchmarks/sharding.py needs at least 2 ranks: there is nothing to shard on one")
+    if not qs:  # a job started by hand (mpiexec -n 1), which --ranks does not describe
+        raise SystemExit(NEEDS)
     groups = {q: dist.new_group(list(range(q))) for q in qs}
     sizes = (784, args.width, args.width, 10)
     shapes = [q.shape for q in mlp(sizes=sizes).parameters()]
@@ -149,16 +151,13 @@ def run(args: argparse.Namespace) -> None:
                       f"{med[q, name] / med[q, 'DDP']:6.2f}")
         print("checked: held bytes = the exact padded counts, and q x the formula over the ranks; "
               "sent bytes = 2(q-1)/q·4Ψ (DDP, ZeRO-1) and 3(q-1)/q·4Ψ (FSDP), padded; peak >= held")
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def main(argv=None) -> int:
-    """Launch the ranks, or be one of them."""
-    from dplab.mpi import launch_or_run
+    """Start the ranks, or be one of them (dplab.cluster.jobs.main)."""
+    from dplab.cluster import jobs
 
-    args = parse_args(argv)
-    return launch_or_run(__file__, args.ranks, run, args)
+    return jobs.main(__file__, run, ranks=4, add_arguments=add_arguments, check=check, argv=argv)
 
 
 if __name__ == "__main__":

@@ -20,10 +20,13 @@ scheme, the gradients in one update, the interval between updates (p50, p99 over
 repeats) and gradients per second (the median block). On the 2-core box that tests the book,
 4 ranks oversubscribe the cores. Launch recipes (from the repository root, venv bin/ on PATH):
 
-    python benchmarks/stragglers.py                  # starts `mpiexec -n 4` itself, gloo on CPU
+    python benchmarks/stragglers.py                  # starts `mpiexec -n 4` itself
     python benchmarks/stragglers.py --ranks 3
     mpiexec -n 4 python benchmarks/stragglers.py     # launch the ranks yourself (MPI)
-    DPLAB_DEVICE=cuda python benchmarks/stragglers.py   # NCCL, one GPU per rank
+
+Backend and device: the kit's one policy (`dplab.cluster.jobs`,
+"Backend and device"); the table's first line says which ran. The parameter-server schemes
+send parameters and gradients over MPI, from host memory, whatever the device.
 """
 from __future__ import annotations
 
@@ -31,22 +34,19 @@ import argparse
 import os
 import sys
 
-from dplab.timing import timing_arguments
 
-
-def parse_args(argv=None) -> argparse.Namespace:
-    """Command-line options."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The benchmark's own option: the updates in one block."""
     ap.add_argument("--updates", type=int, default=20, help="synchronous updates per block (default 20, a multiple of 4)")
-    # Here a repeat is a block of --updates updates, not one step.
-    args = timing_arguments(ap, ranks=4, argv=argv, repeats=5, warmup=1)
-    if args.updates < 4 or args.updates % 4:
-        ap.error("--updates must be a positive multiple of 4")
-    return args
 
 
-def run(args: argparse.Namespace) -> None:
-    """Run every scheme's blocks in turn on every rank; rank 0 prints the table."""
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options, or None."""
+    return "--updates must be a positive multiple of 4" if args.updates < 4 or args.updates % 4 else None
+
+
+def run(args: argparse.Namespace, job) -> None:
+    """On every rank of the job: run every scheme's blocks in turn; rank 0 prints the table."""
     import time
 
     import numpy as np
@@ -55,18 +55,15 @@ def run(args: argparse.Namespace) -> None:
     from mpi4py import MPI
     from torch.nn.utils import parameters_to_vector
 
-    from dplab import engine
     from dplab.data import load_mnist
     from dplab.models import mlp
-    from dplab.mpi import job_port
     from dplab.timing import interleaved, machine
     from labcode import stragglers as lab  # Lab 8's own code
 
-    cuda = os.environ.get("DPLAB_DEVICE", "cpu") == "cuda"
-    info = engine.setup("nccl" if cuda else "gloo", "cuda" if cuda else "cpu", job_port())
-    rank, p, device = info.rank, info.world_size, info.device
+    rank, p, device = job.rank, job.world_size, job.device
+    cuda = device.type == "cuda"
     comm = MPI.COMM_WORLD
-    data = load_mnist()
+    data = load_mnist(job.settings.mnist)
     n_train = len(data.y_train)
     B, U, W, LR, H = 32, args.updates, p - 1, 0.1, 4
     xs = data.x_train.to(device)
@@ -155,16 +152,15 @@ def run(args: argparse.Namespace) -> None:
         print(f"model, extra mean wait per synchronous step: all-reduce {1e3 * d * lab.p_step_delayed(p, q):.1f} ms"
               + (f", sync PS {1e3 * d * lab.p_step_delayed(W, q):.1f} ms" if W >= 1 else "")
               + (f", k = 1 backup {1e3 * d * lab.p_step_delayed(W, q, 1):.1f} ms" if W >= 2 else ""))
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def main(argv=None) -> int:
-    """Launch the ranks, or be one of them."""
-    from dplab.mpi import launch_or_run
+    """Start the ranks, or be one of them (dplab.cluster.jobs.main)."""
+    from dplab.cluster import jobs
 
-    args = parse_args(argv)
-    return launch_or_run(__file__, args.ranks, run, args)
+    # Here a repeat is a block of --updates updates, not one step.
+    return jobs.main(__file__, run, ranks=4, add_arguments=add_arguments, check=check,
+                     repeats=5, warmup=1, argv=argv)
 
 
 if __name__ == "__main__":

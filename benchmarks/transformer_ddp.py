@@ -16,41 +16,30 @@ seconds per epoch, and the ratios autocast / fp32 and hook / no hook at each q.
 On the 2-core box that tests the book, q = 4 puts two ranks on each core: it cannot be faster
 than q = 2. Launch recipes (from the repository root, with the venv's bin/ on PATH):
 
-    python benchmarks/transformer_ddp.py                  # starts `mpiexec -n 4` itself, gloo on CPU
+    python benchmarks/transformer_ddp.py                  # starts `mpiexec -n 4` itself
     python benchmarks/transformer_ddp.py --ranks 2
     mpiexec -n 4 python benchmarks/transformer_ddp.py     # launch the ranks yourself (MPI)
-    DPLAB_DEVICE=cuda python benchmarks/transformer_ddp.py   # NCCL, one GPU per rank
+
+Backend and device: the kit's one policy (`dplab.cluster.jobs`,
+"Backend and device"); the table's first line says which ran.
 """
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from dplab.timing import timing_arguments
 
-
-def parse_args(argv=None) -> argparse.Namespace:
-    """Command-line options."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    return timing_arguments(ap, ranks=4, argv=argv)
-
-
-def run(args: argparse.Namespace) -> None:
-    """Time every configuration on every rank; rank 0 prints the table."""
+def run(args: argparse.Namespace, job) -> None:
+    """On every rank of the job: time every configuration; rank 0 prints the table."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.optim.lr_scheduler import LambdaLR
 
-    from dplab import engine
-    from dplab.mpi import job_port
     from dplab.timing import machine, ranks_interleaved
     from labcode import transformer as lab  # Lab 6's own code
 
-    cuda = os.environ.get("DPLAB_DEVICE", "cpu") == "cuda"
-    info = engine.setup("nccl" if cuda else "gloo", "cuda" if cuda else "cpu", job_port())
-    rank, world_size, device = info.rank, info.world_size, info.device
+    rank, world_size, device = job.rank, job.world_size, job.device
     ids = [device.index] if device.type == "cuda" else None
     qs = [q for q in (1, 2, 4) if q <= world_size]
     groups = {q: dist.new_group(list(range(q))) for q in qs}
@@ -95,16 +84,13 @@ def run(args: argparse.Namespace) -> None:
             print(line)
         print("speed-up over q=1 (fp32): " + ", ".join(
             f"q={q} {med['q=1 fp32'] / med[f'q={q} fp32']:.2f}x" for q in qs))
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def main(argv=None) -> int:
-    """Launch the ranks, or be one of them."""
-    from dplab.mpi import launch_or_run
+    """Start the ranks, or be one of them (dplab.cluster.jobs.main)."""
+    from dplab.cluster import jobs
 
-    args = parse_args(argv)
-    return launch_or_run(__file__, args.ranks, run, args)
+    return jobs.main(__file__, run, ranks=4, argv=argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """What FSDP2 gathers per step when `reshard_after_forward` is left at its default.
 
-Run under `mpiexec -n 2` (the sharding chapter does, through `dplab.mpi.run_job`). A
+Run under `mpiexec -n 2` (the sharding chapter does, through `dplab.cluster.jobs.run_job`). A
 model whose root unit keeps parameters of its own (the last Linear, as a Transformer's
 root keeps its embedding and output layer) is wrapped three times, with
 `reshard_after_forward` left out, True and False. Rank 0 prints, as JSON, the kind and
@@ -15,8 +15,8 @@ import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
-from dplab import engine
-from dplab.mpi import job_port
+from dplab.cluster import engine
+from dplab.cluster.settings import Settings
 from dplab.traffic import collectives_of
 
 SIZES = (64, 128, 128, 32)  # widths; the root keeps the last Linear (128 x 32)
@@ -36,7 +36,7 @@ def build(mesh, **kw) -> nn.Module:
 def main() -> None:
     import torch.distributed as dist
 
-    info = engine.setup("gloo", "cpu", job_port())
+    info = engine.setup(Settings.for_job(device="cpu"))
     mesh = DeviceMesh.from_group(dist.group.WORLD, "cpu")
     x = torch.randn(4, SIZES[0])
     out = {"p": info.world_size}

@@ -1,6 +1,11 @@
-"""dplab: the lab kit of the data-parallel training book."""
-from .backend import BackendError, PortInUseError
-from .cluster import Cluster, ClusterError, start_cluster
-from .failures import StuckRanksError
+"""dplab: the lab kit of the data-parallel training book.
+
+`dplab.cluster` holds the plumbing (settings, launchers, engine side, watch); the modules beside
+it (data, models, timing, plots, hardware, traffic, localcomm) are what the book's pages use.
+"""
+from .cluster.errors import BackendError, ClusterError, PortInUseError
+from .cluster.local import Cluster
+from .cluster.start import start_cluster
+from .cluster.watch import StuckRanksError
 
 __all__ = ["BackendError", "Cluster", "ClusterError", "PortInUseError", "StuckRanksError", "start_cluster"]

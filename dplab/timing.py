@@ -89,15 +89,20 @@ def ranks_interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup
     return {name: statistics.median(row) for name, row in zip(fns, table.cpu().tolist())}
 
 
-def timing_arguments(ap, ranks: int, argv=None, repeats: int = 15, warmup: int = 3):
-    """Add a timed MPI benchmark's --ranks/--repeats/--warmup to `ap`, parse argv, check the bounds."""
-    ap.add_argument("--ranks", type=int, default=ranks,
-                    help=f"ranks when the script starts mpiexec itself (default {ranks})")
+def timing_arguments(ap, ranks: int | tuple[int, ...], argv=None, repeats: int = 15, warmup: int = 3):
+    """Add a timed MPI benchmark's --ranks/--repeats/--warmup to `ap`, parse argv, check the bounds.
+
+    ranks: the default of --ranks; a tuple makes it take several (a benchmark that runs one job per p).
+    """
+    several = isinstance(ranks, (tuple, list))
+    shown = " ".join(map(str, ranks)) if several else ranks
+    ap.add_argument("--ranks", type=int, nargs="+" if several else None, default=list(ranks) if several else ranks,
+                    help=f"ranks when the script starts mpiexec itself (default {shown})")
     ap.add_argument("--repeats", type=int, default=repeats,
                     help=f"timed steps per configuration (default {repeats})")
     ap.add_argument("--warmup", type=int, default=warmup,
                     help=f"untimed steps per configuration (default {warmup})")
     args = ap.parse_args(argv)
-    if args.ranks < 1 or args.repeats < 1 or args.warmup < 0:
+    if min(args.ranks if several else [args.ranks]) < 1 or args.repeats < 1 or args.warmup < 0:
         ap.error("--ranks and --repeats must be at least 1, --warmup at least 0")
     return args

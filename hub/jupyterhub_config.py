@@ -12,12 +12,21 @@ environment (read_settings reads DPLAB_HUB_*; edit it to change the defaults):
           engines (default 4) on Gloo, spread over the GPUs (engine i on GPU i mod GPUs).
           DPLAB_HUB_LEARNERS, the learners at once, shares the cores among all their engines.
 
-On a node without GPUs (nvidia-smi finds none) both give CPU engines on Gloo. The spawner's
-`environment` carries the result (DPLAB_ENGINES, DPLAB_BACKEND, DPLAB_DEVICE, DPLAB_THREADS,
-CUDA_VISIBLE_DEVICES) to every learner's server, its kernels and their engines. `make test-hub`
-loads this file, with its own authenticator, spawner and addresses, and runs Lab 0 through it.
+On a node without GPUs (nvidia-smi finds none) both give CPU engines on Gloo. The backend and
+device come from the kit's one policy (dplab.cluster.settings.choose_backend: NCCL only when
+every rank owns a GPU), and the threads from its rule (threads_per_rank), so the hub and
+`dplab.start_cluster` cannot disagree. The spawner's `environment` carries the result
+(DPLAB_ENGINES, DPLAB_BACKEND, DPLAB_DEVICE, DPLAB_THREADS, CUDA_VISIBLE_DEVICES) to every
+learner's server, its kernels and their engines. `make test-hub` loads this file, with its own
+authenticator, spawner and addresses, and runs Lab 0 through it.
+
+DPLAB_HUB_* are the hub's own settings, not the kit's: they configure this file's spawner
+hooks, are read here only (read_settings), and never reach a learner. The kit's DPLAB_*
+settings are read in dplab/cluster/settings.py only; this file writes them into the
+spawner's environment.
 
 The functions are plain Python, so tests import this file and call them with a fake GPU count.
+It needs dplab installed in the hub's environment (`pip install -e .`, README).
 """
 from __future__ import annotations
 
@@ -25,8 +34,9 @@ import os
 import shutil
 import subprocess
 
+from dplab.cluster.settings import DEFAULT_ENGINES, choose_backend, threads_per_rank, to_environment
+
 MODES = ("own", "shared")
-DEFAULT_ENGINES = 4  # the labs' own default, on the CPU and in shared mode
 
 
 class HubPolicyError(ValueError):
@@ -72,23 +82,19 @@ def learner_environment(
     """
     if mode not in MODES:
         raise HubPolicyError(f"unknown mode {mode!r}: use 'own' or 'shared'")
-    if gpus == 0:
-        p = engines or DEFAULT_ENGINES
-        env = {"DPLAB_ENGINES": p, "DPLAB_BACKEND": "gloo", "DPLAB_DEVICE": "cpu"}
-    elif mode == "own":
+    extra = {}
+    if mode == "own" and gpus:
         if gpu is None or not 0 <= gpu < gpus:
             raise HubPolicyError(f"mode 'own' needs the learner's GPU, 0..{gpus - 1}, got {gpu!r}")
-        p = engines or 1
-        # NCCL needs a GPU per rank: more engines than the learner's one GPU share it on Gloo.
-        env = {"CUDA_VISIBLE_DEVICES": gpu, "DPLAB_ENGINES": p, "DPLAB_BACKEND": "nccl" if p == 1 else "gloo",
-               "DPLAB_DEVICE": "cuda"}
-        learners = gpus
+        # The learner's server sees its own GPU only; the node takes one learner per GPU.
+        p, visible, learners, extra = engines or 1, 1, gpus, {"CUDA_VISIBLE_DEVICES": str(gpu)}
     else:
-        p = engines or DEFAULT_ENGINES
-        env = {"DPLAB_ENGINES": p, "DPLAB_BACKEND": "gloo", "DPLAB_DEVICE": "cuda"}
-    if learners is not None:
-        env["DPLAB_THREADS"] = max(1, cores // (learners * p))
-    return {key: str(value) for key, value in env.items()}
+        p, visible = engines or DEFAULT_ENGINES, gpus
+    # NCCL needs a GPU per rank: more engines than the learner's one GPU, or GPUs shared with other
+    # learners, run on Gloo.
+    choice = choose_backend(p, visible, shared_gpus=mode == "shared")
+    threads = threads_per_rank(learners * p, cores) if learners is not None else None
+    return {**extra, **to_environment(p=p, backend=choice.backend, device=choice.device, threads=threads)}
 
 
 class GpuSlots:

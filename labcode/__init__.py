@@ -1,7 +1,11 @@
-"""The code the labs teach, exported from their cells by tools/export_labs.py: do not edit.
+"""The code the labs and chapters teach, exported from their cells by
+tools/export_labs.py: do not edit.
 
 - `labcode.allreduce`: from labs/03_allreduce_algorithms.ipynb
 - `labcode.costmodel`: from labs/03_allreduce_algorithms.ipynb
+- `labcode.formulas`: from chapters/data_parallelism.md,
+  chapters/allreduce_algorithms.md, chapters/ddp.md, chapters/large_batch.md,
+  chapters/sharding.md, chapters/stragglers.md
 - `labcode.overlap`: from labs/04_ddp.ipynb
 - `labcode.sharding`: from labs/07_sharding.ipynb
 - `labcode.stragglers`: from labs/08_stragglers.ipynb

@@ -7,9 +7,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from dplab.formulas import overlap_step_time
 from dplab.models import mlp
 from dplab.timing import interleaved
+from labcode.formulas import overlap_step_time
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 

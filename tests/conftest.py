@@ -24,6 +24,17 @@ def rank_lines(stdout: str, pattern: str) -> list[str]:
     return sorted(re.findall(pattern, stdout))
 
 
+def assert_every_rank_passes(script: str, p: int, checks: list[str], timeout: float = 180) -> None:
+    """Run tests/mpi/SCRIPT under `mpiexec -n p`: every rank must print `rank r: CHECK True ...`."""
+    from dplab.cluster.jobs import run_job
+
+    out = run_job(os.path.join(os.path.dirname(__file__), "mpi", script), p, timeout=timeout)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = rank_lines(out.stdout, r"rank \d+:" + "".join(rf" {c} \w+" for c in checks))
+    assert lines == sorted(f"rank {r}:" + "".join(f" {c} True" for c in checks) for r in range(p)), (
+        out.stdout + out.stderr)
+
+
 def cluster_processes(cluster_id: str) -> list[str]:
     """Names of live processes launched for this cluster (ipyparallel sets IPP_CLUSTER_ID)."""
     found = []

@@ -8,8 +8,11 @@ import textwrap
 import pytest
 
 import dplab
-from dplab import backend, cluster
-from dplab.cluster import ClusterError, resolve
+from dplab import ClusterError
+from dplab.cluster import local, network, settings
+from dplab.cluster.settings import Settings
+
+resolve = Settings.resolve
 
 from conftest import descendants, cluster_processes, wait_until_gone
 
@@ -19,7 +22,7 @@ from conftest import descendants, cluster_processes, wait_until_gone
 @pytest.mark.parametrize("n", [0, -1, "four", 2.5, None])
 def test_bad_engine_count_is_refused_before_start(n, monkeypatch, leaves_nothing):
     if n is None:
-        n = cluster.max_engines() + 1
+        n = settings.max_engines() + 1
     with pytest.raises(ClusterError, match="engine count"):
         dplab.start_cluster(n)
 
@@ -38,8 +41,8 @@ def test_missing_mpiexec_says_how_to_fix(monkeypatch, tmp_path, leaves_nothing):
 
 
 def test_nccl_without_gpus_is_refused(monkeypatch, leaves_nothing):
-    monkeypatch.setattr(backend, "count_gpus", lambda: 0)
-    with pytest.raises(dplab.BackendError, match="NCCL needs one GPU per rank"):
+    monkeypatch.setattr(settings, "count_gpus", lambda: 0)
+    with pytest.raises(dplab.BackendError, match="NCCL works on GPUs only, and no GPU is visible"):
         dplab.start_cluster(2, backend="nccl")
 
 
@@ -57,8 +60,8 @@ def test_port_already_taken_is_refused(leaves_nothing):
 
 
 def test_environment_overrides_count_backend_device_and_port(monkeypatch):
-    monkeypatch.setattr(backend, "count_gpus", lambda: 8)
-    port = backend.free_port()
+    monkeypatch.setattr(settings, "count_gpus", lambda: 8)
+    port = network.free_port()
     monkeypatch.setenv("DPLAB_ENGINES", "8")
     monkeypatch.setenv("DPLAB_BACKEND", "nccl")
     monkeypatch.setenv("DPLAB_PORT", str(port))
@@ -90,7 +93,7 @@ def test_arguments_beat_environment(monkeypatch):
 
 
 def test_default_is_four_engines_on_gloo_without_gpus(monkeypatch):
-    monkeypatch.setattr(backend, "count_gpus", lambda: 0)
+    monkeypatch.setattr(settings, "count_gpus", lambda: 0)
     s = resolve()
     assert (s.p, s.backend, s.device) == (4, "gloo", "cpu")
 
@@ -138,16 +141,16 @@ def test_requested_thread_count_reaches_every_rank_and_oversubscribed_threads_wa
 def test_openmp_waits_passively_only_when_threads_outnumber_cores(monkeypatch):
     cores = os.cpu_count()
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    assert cluster.engine_environment(cores, None) == {}  # one thread per rank: nothing to spin
-    assert cluster.engine_environment(1, cores) == {}
-    assert cluster.engine_environment(cores + 1, None) == {"OMP_WAIT_POLICY": "PASSIVE"}
-    assert cluster.engine_environment(2, cores) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert local.engine_environment(cores, None) == {}  # one thread per rank: nothing to spin
+    assert local.engine_environment(1, cores) == {}
+    assert local.engine_environment(cores + 1, None) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert local.engine_environment(2, cores) == {"OMP_WAIT_POLICY": "PASSIVE"}
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's choice wins
-    assert cluster.engine_environment(2, cores) == {}
+    assert local.engine_environment(2, cores) == {}
 
 
 def test_requested_port_is_used():
-    port = backend.free_port()
+    port = network.free_port()
     with dplab.start_cluster(1, port=port) as c:
         assert c.port == port
 
@@ -159,7 +162,7 @@ def test_cluster_ranks_join_one_process_group_and_stop_cleanly():
     with dplab.start_cluster(2) as c:
         # two ranks on one node share its cores
         c.view.execute("import torch; n_threads = torch.get_num_threads()")
-        assert c.view["n_threads"] == [max(1, os.cpu_count() // 2)] * 2
+        assert c.view["n_threads"] == [settings.threads_per_rank(2)] * 2
         cid = c.cluster_id
         assert cluster_processes(cid), "engines should be running"
         c.view.execute(
@@ -206,8 +209,8 @@ def test_error_inside_with_block_still_stops_everything():
 
 def test_failure_while_joining_the_process_group_leaves_nothing_running():
     before = descendants()
-    bad = cluster.Settings(p=2, backend="nccl", device="cuda", port=None, mpiexec=cluster.find_mpiexec())
-    c = cluster.Cluster(bad)
+    bad = Settings(p=2, backend="nccl", device="cuda")
+    c = local.Cluster(bad)
     with pytest.raises(Exception, match="GPU"):
         c.start()
     assert not c.running

@@ -1,9 +1,9 @@
-"""dplab.engine.setup under a real `mpiexec -n 2`, without ipyparallel, launched by dplab.mpi.run_job."""
+"""dplab.cluster.engine.setup under a real `mpiexec -n 2`, without ipyparallel, launched by dplab.cluster.jobs.run_job."""
 import os
 
 import pytest
 
-from dplab.mpi import run_job
+from dplab.cluster.jobs import run_job
 
 from conftest import rank_lines
 

@@ -1,4 +1,6 @@
-"""tools/export_labs.py: labcode/ is the labs' own code, and the export refuses what would not run."""
+"""tools/export_labs.py: labcode/ is the labs' and chapters' own code, and the export refuses
+what would not run."""
+import ast
 import json
 import subprocess
 import sys
@@ -57,7 +59,138 @@ def test_export_refuses_constants_assigned_together_instead_of_skipping_them(tmp
 def test_check_fails_when_labcode_was_edited_by_hand(tmp_path):
     write_lab(tmp_path, ("code", "#| export: demo\ndef one():\n    return 1"))
     out = tmp_path / "pkg"
-    assert export_labs.main(["--labs", str(tmp_path), "--out", str(out)]) == 0
-    assert export_labs.main(["--labs", str(tmp_path), "--out", str(out), "--check"]) == 0
+    args = ["--labs", str(tmp_path), "--chapters", str(tmp_path), "--out", str(out)]
+    assert export_labs.main(args) == 0
+    assert export_labs.main(args + ["--check"]) == 0
     (out / "demo.py").write_text((out / "demo.py").read_text().replace("return 1", "return 2"))
-    assert export_labs.main(["--labs", str(tmp_path), "--out", str(out), "--check"]) == 1
+    assert export_labs.main(args + ["--check"]) == 1
+
+
+CHAPTER = """---
+kernelspec:
+  name: python3
+---
+
+(ch-t)=
+# A chapter
+
+```{code-cell} ipython3
+:tags: [remove-cell]
+import math
+
+import numpy as np
+from myst_nb import glue
+
+data = np.arange(4.0)
+```
+
+(sec-halving)=
+## Halving
+
+**Halve it.** The formula is $x / 2$:
+
+$$
+h(x) = x / 2
+$$
+
+```{code-block} python
+# not a heading: a comment in a code block
+```
+
+```{code-cell} ipython3
+:tags: [hide-input]
+:mystnb:
+:  code_prompt_show: "Show the code"
+#| export: demo
+# also not a heading: a comment in the cell
+SCALE = 2
+
+
+def halve(x: float) -> float:
+    \"\"\"x / SCALE.\"\"\"
+    return np.asarray(x) / SCALE
+
+
+print(halve(data))
+```
+
+```{code-block} python
+#| export: demo
+def shown_only():
+    pass
+```
+
+```{code-cell} ipython3
+def not_exported():
+    pass
+```
+"""
+
+
+def write_chapter(folder: Path, text: str = CHAPTER) -> Path:
+    """A MyST chapter, folder/t.md."""
+    (folder / "t.md").write_text(text)
+    return folder / "t.md"
+
+
+def test_chapter_cells_export_their_definitions_with_the_chapter_and_section(tmp_path):
+    files = export_labs.render(export_labs.collect([], [write_chapter(tmp_path)]))
+    text = files["demo.py"]
+    assert 'Generated from chapters/t.md by tools/export_labs.py' in text
+    assert "Change the chapter, then run" in text
+    assert '# From chapters/t.md, section "Halving", "Halve it".\nSCALE = 2' in text
+    assert '# From chapters/t.md, section "Halving", "Halve it".\ndef halve' in text
+    assert "import numpy as np" in text and "import math" not in text and "glue" not in text
+    assert "print(" not in text and "not_exported" not in text and "shown_only" not in text
+    assert "- `labcode.demo`: from chapters/t.md" in files["__init__.py"]
+    namespace = {}
+    exec(text, namespace)
+    assert namespace["halve"](3) == 1.5
+
+
+def test_chapter_export_refuses_a_name_the_page_merely_holds(tmp_path):
+    uses_data = CHAPTER.replace("return np.asarray(x) / SCALE", "return data[x] / SCALE")
+    line = uses_data.splitlines().index("#| export: demo") + 1
+    with pytest.raises(export_labs.ExportError, match=rf"t.md line {line} .* uses data, .*argument"):
+        export_labs.collect([], [write_chapter(tmp_path, uses_data)])
+
+
+def test_check_fails_when_labcode_differs_from_a_chapter(tmp_path):
+    chapter, out = write_chapter(tmp_path), tmp_path / "pkg"
+    args = ["--labs", str(tmp_path), "--chapters", str(tmp_path), "--out", str(out)]
+    assert export_labs.main(args) == 0
+    assert export_labs.main(args + ["--check"]) == 0
+    chapter.write_text(CHAPTER.replace("SCALE = 2", "SCALE = 3"))
+    assert export_labs.main(args + ["--check"]) == 1
+    assert export_labs.main(args) == 0 and "SCALE = 3" in (out / "demo.py").read_text()
+    chapter.write_text(CHAPTER.replace("#| export: demo\n# also", "# also"))
+    assert export_labs.main(args + ["--check"]) == 1  # labcode/demo.py is now stale
+
+
+def test_a_module_takes_labs_and_chapters_in_the_books_order():
+    pages = ["labs/04_ddp.ipynb", "chapters/ddp.md", "labs/03_allreduce_algorithms.ipynb",
+             "chapters/zz_not_in_the_toc.md", "chapters/allreduce_algorithms.md"]
+    assert export_labs.book_order(pages) == [
+        "chapters/allreduce_algorithms.md", "labs/03_allreduce_algorithms.ipynb",
+        "chapters/ddp.md", "labs/04_ddp.ipynb", "chapters/zz_not_in_the_toc.md"]
+
+
+def labcode_imports(folder: Path) -> list[str]:
+    """Each `file: import` of labcode in the Python files under folder."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.relative_to(folder)}: {n}" for n in names
+                      if n == "labcode" or n.startswith("labcode.")]
+    return found
+
+
+def test_the_kit_imports_nothing_from_labcode(tmp_path):
+    # labcode (the pages' code) may use the kit; the kit using labcode would make each
+    # package depend on the other.
+    assert labcode_imports(ROOT / "dplab") == []
+    (tmp_path / "kit").mkdir()
+    (tmp_path / "kit" / "bad.py").write_text("import os\nfrom labcode.costmodel import cost\n")
+    assert labcode_imports(tmp_path / "kit") == ["bad.py: labcode.costmodel"]

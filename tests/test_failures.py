@@ -8,8 +8,11 @@ import pytest
 from ipyparallel.error import CompositeError, RemoteError
 
 import dplab
-from dplab import failures
-from dplab.cluster import ClusterError, resolve
+from dplab import ClusterError
+from dplab.cluster import watch
+from dplab.cluster.settings import Settings
+
+resolve = Settings.resolve
 
 from conftest import cluster_processes, descendants
 
@@ -58,23 +61,26 @@ Current thread 0x00007f1 (most recent call first):
 
 
 def test_stacks_tell_a_collective_from_other_work():
-    where = failures.where_from_stacks(DUMP, ONLY_RANK_0_CALLS_ALL_REDUCE)
-    assert where == failures.Where(
+    where = watch.where_from_stacks(DUMP, ONLY_RANK_0_CALLS_ALL_REDUCE)
+    assert where == watch.Where(
         "waiting in torch.distributed.all_reduce, called at line 4 of the cell: dist.all_reduce(t)", True)
     mpi = DUMP.replace('torch/distributed/distributed_c10d.py", line 2950', 'x/y.py", line 1').replace(
         'torch/distributed/c10d_logger.py", line 81', 'x/z.py", line 1').replace("line 4 in", "line 5 in")
     mpi = "\n".join(line for line in mpi.splitlines() if "x/" not in line)
-    assert failures.where_from_stacks(mpi, ONE_RANK_RAISES_MPI) == failures.Where(
+    assert watch.where_from_stacks(mpi, ONE_RANK_RAISES_MPI) == watch.Where(
         "waiting in MPI at line 5 of the cell: total = comm.allreduce(1)", True)
-    busy = failures.where_from_stacks(mpi, "\n\nimport time\nx = 1\nn = 0\n\ntime.sleep(60)")
-    assert busy == failures.Where("running line 5 of the cell: time.sleep(60)", False)  # blank lines dropped
-    assert failures.where_from_stacks("", "x").waiting is None
+    split = "for p in (2, 4):\n    if rank >= p:\n        continue\n    x = 1\n    sub = comm.Split(0, rank)"
+    assert watch.where_from_stacks(mpi, split) == watch.Where(  # making a communicator waits for all
+        "waiting in MPI at line 5 of the cell: sub = comm.Split(0, rank)", True)
+    busy = watch.where_from_stacks(mpi, "\n\nimport time\nx = 1\nn = 0\n\ntime.sleep(60)")
+    assert busy == watch.Where("running line 5 of the cell: time.sleep(60)", False)  # blank lines dropped
+    assert watch.where_from_stacks("", "x").waiting is None
     backward = mpi.replace('line 5 in <module>', 'line 4 in <module>').replace(
         '  File "/tmp/ipykernel_123', '  File "/venv/site-packages/torch/_tensor.py", line 630 in backward\n'
         '  File "/tmp/ipykernel_123')
     ddp_cell = "x = 1\ny = 2\nz = 3\nloss.backward()"
-    assert failures.where_from_stacks(backward, ddp_cell).waiting is False  # busy computing
-    idle = failures.where_from_stacks(backward, ddp_cell, idle=True)
+    assert watch.where_from_stacks(backward, ddp_cell).waiting is False  # busy computing
+    idle = watch.where_from_stacks(backward, ddp_cell, idle=True)
     assert idle.waiting and "idle inside torch's backward()" in idle.text and "loss.backward()" in idle.text
 
 
@@ -83,7 +89,7 @@ def test_a_rank_error_is_described_by_type_message_and_cell_line():
           "\x1b[36mCell\x1b[39m\x1b[36m \x1b[39m\x1b[32mIn[1]\x1b[39m\x1b[32m, line 4\x1b[39m\n"
           "      3 if rank == 1:\n\x1b[32m----> \x1b[39m\x1b[32m4\x1b[39m     raise ValueError('typo')\n")
     err = RemoteError("ValueError", "typo", tb)
-    assert failures.describe_error(err) == "ValueError: typo (line 4 of the cell: raise ValueError('typo'))"
+    assert watch.describe_error(err) == "ValueError: typo (line 4 of the cell: raise ValueError('typo'))"
 
 
 @pytest.mark.parametrize("name, value", [("DPLAB_TIMEOUT", "0"), ("DPLAB_TIMEOUT", "soon"),

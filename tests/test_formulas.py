@@ -1,4 +1,5 @@
-"""dplab.formulas against independent references: simulations, torch's own functions, counted bytes."""
+"""labcode.formulas, which the chapters export, against independent references: simulations,
+torch's own functions, counted bytes."""
 import math
 
 import numpy as np
@@ -6,7 +7,7 @@ import pytest
 import torch
 
 import labcode.costmodel as cm
-from dplab import formulas as f
+from labcode import formulas as f
 
 
 def test_shard_weights_make_the_mean_of_shard_means_the_batch_mean():

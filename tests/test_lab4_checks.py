@@ -3,7 +3,7 @@ import json
 import os
 import re
 
-from dplab.mpi import run_job
+from dplab.cluster.jobs import run_job
 from labcode.overlap import TOL
 
 HERE = os.path.dirname(__file__)

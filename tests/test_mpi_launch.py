@@ -1,10 +1,12 @@
-"""dplab.mpi: one launcher for MPI jobs, its port policy, and no job left behind after a timeout."""
+"""dplab.cluster.jobs: one launcher for MPI jobs, its port policy, and no job left behind after a timeout."""
 import re
 import time
 
 import pytest
 
-from dplab.mpi import job_port, run_job
+from dplab import ClusterError
+from dplab.cluster.jobs import run_job
+from dplab.cluster.settings import Settings
 
 from conftest import descendants, wait_until_gone
 
@@ -34,9 +36,9 @@ def test_a_job_past_its_timeout_is_killed_with_every_rank(tmp_path):
 
 def test_job_port_reads_dplab_port_and_refuses_nonsense(monkeypatch):
     monkeypatch.delenv("DPLAB_PORT", raising=False)
-    assert job_port() is None
+    assert Settings.read("port") is None
     monkeypatch.setenv("DPLAB_PORT", "29555")
-    assert job_port() == 29555
+    assert Settings.read("port") == 29555
     monkeypatch.setenv("DPLAB_PORT", "http")
-    with pytest.raises(ValueError, match="DPLAB_PORT='http' is not a port number"):
-        job_port()
+    with pytest.raises(ClusterError, match="DPLAB_PORT='http' is not a port number"):
+        Settings.read("port")

@@ -15,10 +15,12 @@ import psutil
 import pytest
 
 import dplab
-from dplab import backend, cluster, engine
-from dplab.cluster import ClusterError
-from dplab.mpi import run_job
-from dplab.torchrun import TorchrunJob
+from dplab import ClusterError
+from dplab.cluster import engine, local
+from dplab.cluster import network
+from dplab.cluster.jobs import run_job
+from dplab.cluster.settings import Settings
+from dplab.cluster.torchrun import TorchrunJob
 
 from conftest import descendants
 
@@ -76,7 +78,7 @@ def test_a_running_cluster_listens_on_loopback_only_except_mpiexecs_control_port
         assert any(port == c.port and is_loopback(ip) for _, ip, port in sockets), sockets
         # MPICH's network module (UCX) and Gloo were told the loopback interface
         c.view.execute("import os; nets = (os.environ['UCX_NET_DEVICES'], os.environ['GLOO_SOCKET_IFNAME'])")
-        lo = backend.loopback_interface()
+        lo = network.loopback_interface()
         assert c.view["nets"] == [(lo, lo)] * 2
 
 
@@ -112,7 +114,7 @@ def test_torchrun_workers_listen_on_loopback_only_except_the_rendezvous_stores(t
         # Gloo was told the loopback interface (it may find loopback by itself, but not on every host)
         ifnames = {w.environ().get("GLOO_SOCKET_IFNAME") for w in workers}
         job.kill()
-    assert ifnames == {backend.loopback_interface()}
+    assert ifnames == {network.loopback_interface()}
     # the documented exceptions: the agent's rendezvous store, and the one rank 0 hosts for the workers
     stores = {(agent.pid, 1), (rank0.pid, 1)}
     exposed = {(pid, len([s for s in found if not is_loopback(s[1])])) for pid, found in sockets.items()}
@@ -126,28 +128,28 @@ def test_torchrun_workers_listen_on_loopback_only_except_the_rendezvous_stores(t
 def test_an_interface_that_does_not_exist_is_refused_before_start_naming_those_that_do(monkeypatch, leaves_nothing):
     monkeypatch.setenv("DPLAB_IFACE", "nosuch0")
     with pytest.raises(ClusterError, match=r"network interface 'nosuch0' does not exist on .*\(it has: .*"
-                                           + backend.loopback_interface() + r".*\): set DPLAB_IFACE"):
+                                           + network.loopback_interface() + r".*\): set DPLAB_IFACE"):
         dplab.start_cluster(2)
 
 
 def test_interface_comes_from_argument_then_environment(monkeypatch):
-    lo = backend.loopback_interface()
-    assert cluster.resolve(p=1).iface is None
+    lo = network.loopback_interface()
+    assert Settings.resolve(p=1).iface is None
     monkeypatch.setenv("DPLAB_IFACE", lo)
-    assert cluster.resolve(p=1).iface == lo
+    assert Settings.resolve(p=1).iface == lo
     with pytest.raises(ClusterError, match="'nosuch0' does not exist"):
-        cluster.resolve(p=1, iface="nosuch0")
+        Settings.resolve(p=1, iface="nosuch0")
 
 
 def test_one_node_listens_on_loopback_whatever_dplab_iface_says():
-    lo = backend.loopback_interface()
-    others = [name for name, addrs in backend.interfaces().items() if addrs and name != lo]
+    lo = network.loopback_interface()
+    others = [name for name, addrs in network.interfaces().items() if addrs and name != lo]
     for iface in [None, lo, *others]:
         assert engine._listen_interface(["node1", "node1"], iface) == (lo, "127.0.0.1", None)
 
 
 def test_several_nodes_listen_on_the_interface_they_share_and_need_it_named():
-    lo = backend.loopback_interface()
+    lo = network.loopback_interface()
     assert engine._listen_interface(["node1", "node2"], lo) == (lo, "127.0.0.1", None)
     name, addr, problem = engine._listen_interface(["node1", "node2"], None)
     assert (name, addr) == (None, None) and "2 nodes and DPLAB_IFACE is unset: set DPLAB_IFACE" in problem
@@ -156,7 +158,7 @@ def test_several_nodes_listen_on_the_interface_they_share_and_need_it_named():
 
 
 def test_a_listen_socket_is_bound_to_the_address_it_was_given():
-    with backend.listen_socket("127.0.0.1") as s:
+    with network.listen_socket("127.0.0.1") as s:
         ip, port = s.getsockname()
         assert ip == "127.0.0.1" and port > 0
 
@@ -198,7 +200,7 @@ def test_stack_folder_is_private_and_removed_on_stop(leaves_nothing):
 
 
 def test_stack_folder_is_removed_after_a_failed_start(monkeypatch, leaves_nothing):
-    made, mkdtemp = [], cluster.tempfile.mkdtemp
+    made, mkdtemp = [], local.tempfile.mkdtemp
 
     def spy(*args, **kwargs):
         path = mkdtemp(*args, **kwargs)
@@ -206,8 +208,8 @@ def test_stack_folder_is_removed_after_a_failed_start(monkeypatch, leaves_nothin
             made.append(path)
         return path
 
-    monkeypatch.setattr(cluster.tempfile, "mkdtemp", spy)
-    bad = cluster.Settings(p=2, backend="nccl", device="cuda", port=None, mpiexec=cluster.find_mpiexec())
+    monkeypatch.setattr(local.tempfile, "mkdtemp", spy)
+    bad = Settings(p=2, backend="nccl", device="cuda")
     with pytest.raises(Exception, match="GPU"):
-        cluster.Cluster(bad).start()
+        local.Cluster(bad).start()
     assert len(made) == 1 and not os.path.exists(made[0])

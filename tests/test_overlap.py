@@ -3,7 +3,7 @@ import os
 
 import torch
 
-from dplab.mpi import run_job
+from dplab.cluster.jobs import run_job
 from dplab.models import mlp
 from labcode.overlap import CAPS, WIDE_MLP, reverse_buckets
 

@@ -1,17 +1,13 @@
 """ZeRO/FSDP memory formulas, ZeRO-1 by hand against Adam, and the collective counter."""
-import os
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from dplab.mpi import run_job
 from dplab.traffic import count_collectives
 from labcode.sharding import STAGES, model_state_bytes
 
-from conftest import rank_lines
-
-HERE = os.path.dirname(__file__)
+from conftest import assert_every_rank_passes
 
 
 def test_seven_billion_parameters_need_112_gb_under_ddp_and_a_sixteenth_per_rank_fully_sharded():
@@ -45,11 +41,7 @@ def test_counter_records_each_collective_with_its_full_buffer_and_restores_torch
 
 
 def test_zero1_by_hand_equals_ddp_adam_shards_its_state_and_sends_two_collectives_and_replays_them_under_mpiexec():
-    out = run_job(os.path.join(HERE, "mpi", "check_sharding.py"), 3, timeout=180)
-    assert out.returncode == 0, out.stdout + out.stderr
-    lines = rank_lines(out.stdout, r"rank \d+: same \w+ state \w+ calls \w+ hooked \w+ sizes \w+ replay \w+")
-    assert lines == [f"rank {r}: same True state True calls True hooked True sizes True replay True"
-                     for r in range(3)], out.stdout + out.stderr
+    assert_every_rank_passes("check_sharding.py", 3, ['same', 'state', 'calls', 'hooked', 'sizes', 'replay'])
 
 
 def test_collectives_of_sees_ddp_buckets_through_a_hook_and_later_steps_do_not_change_its_list(tmp_path):

@@ -1,18 +1,21 @@
-"""Write the code the labs teach into the `labcode` package, so that benchmarks, tests and
-chapters import the lab's own code instead of a copy of it.
+"""Write the code the labs and chapters teach into the `labcode` package, so that benchmarks,
+tests and other pages import the page's own code instead of a copy of it.
 
 A lab marks a code cell for export with the first line (after a `%%px` line, if any)
 
     #| export: MODULE
 
-From each marked cell the tool takes the top-level functions, classes and UPPER_CASE constants,
-in the lab's order, and nothing that runs. It writes them to labcode/MODULE.py with the imports
-they need, taken from the lab's own import lines, and a comment that names the lab and section
-defining each. Exported code may use only its arguments, imports and other exported names: a
-name the engines happen to hold (`rank`, `comm`, a process group) is refused with the cell named.
+and a chapter marks a MyST code cell (```{code-cell} ipython3) the same way, on the first
+line of the cell's code, after its options (`:tags: [...]`). From each marked cell the tool
+takes the top-level functions, classes and UPPER_CASE constants, in the book's order (that
+of _toc.yml), and nothing that runs. It writes them to labcode/MODULE.py with the imports
+they need, taken from the page's own import lines, and a comment that names the page and
+section defining each. Exported code may use only its arguments, imports and other exported
+names: a name the page happens to hold (a lab's `rank`, `comm`, a process group; a
+chapter's data or settings) is refused with the cell named.
 
     python tools/export_labs.py           # write labcode/
-    python tools/export_labs.py --check   # exit 1 if labcode/ differs from what the labs say
+    python tools/export_labs.py --check   # exit 1 if labcode/ differs from what the pages say
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import builtins
 import json
 import re
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"^#\|\s*export:\s*([A-Za-z_]\w*)\s*$")
 HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$", flags=re.M)
 LEAD = re.compile(r"^\*\*(.+?)\.?\*\*")  # a paragraph's bold lead-in, "**Ring all-reduce.** ..."
+FENCE = re.compile(r"^(`{3,}|~{3,})\s*(.*?)\s*$")  # a MyST fence that opens a directive or code
+TOC = ROOT / "_toc.yml"
 
 
 class ExportError(Exception):
@@ -36,27 +42,85 @@ class ExportError(Exception):
 
 
 @dataclass
+class Cell:
+    kind: str    # "markdown" or "code"
+    source: str  # code cells: Python without IPython magic lines or MyST options
+    where: str   # how an error names the cell: "04_ddp.ipynb cell 46", "ddp.md line 380"
+
+
+@dataclass
 class Module:
-    labs: list[str] = field(default_factory=list)
+    pages: list[str] = field(default_factory=list)  # "labs/04_ddp.ipynb", "chapters/ddp.md"
     imports: set[str] = field(default_factory=set)
     blocks: list[str] = field(default_factory=list)
     names: set[str] = field(default_factory=set)
 
 
-def _code(cell: dict) -> str:
-    """A code cell's Python, without IPython magic lines."""
-    src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+def _without_magics(src: str) -> str:
+    """Python source without IPython magic lines (`%%px`, `%matplotlib`)."""
     return "\n".join(line for line in src.splitlines() if not line.lstrip().startswith("%"))
 
 
-def _lab_imports(cells: list[dict]) -> dict[str, str]:
-    """Every name a lab's import lines bind (top-level, any cell) -> that one import, as source."""
+def read_lab(path: Path) -> list[Cell]:
+    """A notebook's markdown and code cells."""
+    cells = []
+    for index, cell in enumerate(json.loads(path.read_text())["cells"]):
+        src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        if cell["cell_type"] == "code":
+            src = _without_magics(src)
+        cells.append(Cell(cell["cell_type"], src, f"{path.name} cell {index}"))
+    return cells
+
+
+def _option_lines(body: list[str]) -> int:
+    """How many lines at the top of a code cell's body are its options (`:key:` or a --- block)."""
+    if body and body[0].strip() == "---":
+        return next((i + 1 for i in range(1, len(body)) if body[i].strip() == "---"), 0)
+    return next((i for i, line in enumerate(body) if not line.startswith(":")), len(body))
+
+
+def read_chapter(path: Path) -> list[Cell]:
+    """A MyST chapter's code cells, and the markdown between them (other fences blanked)."""
+    lines = path.read_text().splitlines()
+    start = 0
+    if lines and lines[0].strip() == "---":  # front matter
+        start = next((i + 1 for i in range(1, len(lines)) if lines[i].strip() == "---"), 0)
+    cells, markdown, i = [], [], start
+    while i < len(lines):
+        opened = FENCE.match(lines[i])
+        if not opened:
+            markdown.append(lines[i])
+            i += 1
+            continue
+        run, info = opened.groups()
+        end = next((j for j in range(i + 1, len(lines))
+                    if lines[j].strip() and set(lines[j].strip()) == {run[0]}
+                    and len(lines[j].strip()) >= len(run)), len(lines))
+        body = lines[i + 1:end]
+        if info.split()[:1] == ["{code-cell}"]:
+            if "".join(markdown).strip():
+                cells.append(Cell("markdown", "\n".join(markdown), f"{path.name} line {i}"))
+            markdown = []
+            skip = _option_lines(body)
+            code = body[skip:]
+            first = next((k for k, line in enumerate(code)
+                          if line.strip() and not line.lstrip().startswith("%")), 0)
+            where = f"{path.name} line {i + 2 + skip + first}"  # the code's first line
+            cells.append(Cell("code", _without_magics("\n".join(code)), where))
+        else:
+            markdown.extend([""] * (end + 1 - i))  # a math block, table or figure: no heading
+        i = end + 1
+    return cells
+
+
+def _page_imports(cells: list[Cell]) -> dict[str, str]:
+    """Every name a page's import lines bind (top-level, any cell) -> that one import, as source."""
     bound: dict[str, str] = {}
     for cell in cells:
-        if cell["cell_type"] != "code":
+        if cell.kind != "code":
             continue
         try:
-            tree = ast.parse(_code(cell))
+            tree = ast.parse(cell.source)
         except SyntaxError:
             continue
         for node in tree.body:
@@ -101,33 +165,43 @@ def _bound_and_loaded(nodes: list[ast.stmt]) -> tuple[set[str], set[str]]:
     return bound, loaded
 
 
-def collect(labs: list[Path]) -> dict[str, Module]:
-    """Read the marked cells of the given labs into modules, in lab and cell order."""
+def book_order(pages: list[str]) -> list[str]:
+    """Pages ("labs/04_ddp.ipynb", "chapters/ddp.md") in _toc.yml's order; others after, by name."""
+    toc = re.findall(r"file:\s*(\S+)", TOC.read_text()) if TOC.exists() else []
+    return sorted(pages, key=lambda page: (toc.index(page.rsplit(".", 1)[0])
+                                           if page.rsplit(".", 1)[0] in toc else len(toc), page))
+
+
+def collect(labs: list[Path], chapters: list[Path] = ()) -> dict[str, Module]:
+    """Read the marked cells of the given labs and chapters into modules, in the book's order."""
+    paths = {f"labs/{p.name}": (p, read_lab) for p in labs}
+    paths.update({f"chapters/{p.name}": (p, read_chapter) for p in chapters})
     modules: dict[str, Module] = {}
-    for lab in labs:
-        cells = json.loads(lab.read_text())["cells"]
-        imports = _lab_imports(cells)
-        section, lead = lab.stem, None
-        for index, cell in enumerate(cells):
-            if cell["cell_type"] == "markdown":
-                text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+    for page in book_order(list(paths)):
+        path, read = paths[page]
+        cells = read(path)
+        imports = _page_imports(cells)
+        section, lead = path.stem, None
+        for cell in cells:
+            if cell.kind == "markdown":
+                text = cell.source
                 heads = list(HEADING.finditer(text))
                 if heads:
                     section, text = heads[-1].group(2), text[heads[-1].end():]
                 bold = LEAD.match(text.strip())  # the paragraph after the last heading, if it has one
                 lead = bold.group(1) if bold else None
                 continue
-            if cell["cell_type"] != "code":
+            if cell.kind != "code":
                 continue
-            code = _code(cell)
+            code = cell.source
             first = code.lstrip("\n").split("\n", 1)[0]
             match = MARKER.match(first)
             if not match:
                 continue
-            where = f"{lab.name} cell {index}"
+            where = cell.where
             mod = modules.setdefault(match.group(1), Module())
-            if lab.name not in mod.labs:
-                mod.labs.append(lab.name)
+            if page not in mod.pages:
+                mod.pages.append(page)
             lines = code.splitlines()
             tree = ast.parse(code)
             unpacked = [t for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
@@ -156,7 +230,7 @@ def collect(labs: list[Path]) -> dict[str, Module]:
                 start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
                 body = "\n".join(lines[start - 1:node.end_lineno])
                 where_taught = f"section \"{section}\"" + (f", \"{lead}\"" if lead else "")
-                mod.blocks.append(f"# From labs/{lab.name}, {where_taught}.\n{body}")
+                mod.blocks.append(f"# From {page}, {where_taught}.\n{body}")
     return modules
 
 
@@ -165,26 +239,32 @@ def render(modules: dict[str, Module]) -> dict[str, str]:
     tool = "tools/export_labs.py"
     files = {}
     for name, mod in sorted(modules.items()):
-        labs = ", ".join(f"labs/{lab}" for lab in mod.labs)
-        head = (f'"""Generated from {labs} by {tool}: do not edit.\n\n'
-                f"Change the lab, then run `python {tool}`; a test fails while the two differ.\n\"\"\"\n")
+        kinds = {page.split("/")[0] for page in mod.pages}
+        kind = {frozenset({"labs"}): "lab", frozenset({"chapters"}): "chapter"}.get(frozenset(kinds), "page")
+        first = f"Generated from {', '.join(mod.pages)} by {tool}: do not edit."
+        if len(first) > 88:
+            first = textwrap.fill(first, 88)
+        head = (f'"""{first}\n\n'
+                f"Change the {kind}, then run `python {tool}`; a test fails while the two differ.\n\"\"\"\n")
         imports = sorted(mod.imports, key=lambda s: (s.startswith("from"), s))
         files[f"{name}.py"] = head + "\n".join(imports) + "\n\n\n" + "\n\n\n".join(mod.blocks) + "\n"
-    listing = "\n".join(f"- `labcode.{name}`: from " + ", ".join(f"labs/{lab}" for lab in mod.labs)
+    listing = "\n".join(textwrap.fill(f"- `labcode.{name}`: from " + ", ".join(mod.pages), 88,
+                                      subsequent_indent="  ")
                         for name, mod in sorted(modules.items()))
-    files["__init__.py"] = (f'"""The code the labs teach, exported from their cells by {tool}: do not edit.\n\n'
-                            f"{listing}\n\"\"\"\n")
+    files["__init__.py"] = (f'"""The code the labs and chapters teach, exported from their cells by\n'
+                            f"{tool}: do not edit.\n\n{listing}\n\"\"\"\n")
     return files
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the package differs from the labs")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the package differs from the pages")
     parser.add_argument("--labs", type=Path, default=ROOT / "labs", help="folder of the lab notebooks")
+    parser.add_argument("--chapters", type=Path, default=ROOT / "chapters", help="folder of the MyST chapters")
     parser.add_argument("--out", type=Path, default=ROOT / "labcode", help="the package to write")
     args = parser.parse_args(argv)
     try:
-        files = render(collect(sorted(args.labs.glob("*.ipynb"))))
+        files = render(collect(sorted(args.labs.glob("*.ipynb")), sorted(args.chapters.glob("*.md"))))
     except ExportError as e:
         print(f"export_labs: {e}", file=sys.stderr)
         return 2
@@ -193,8 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     differ = sorted(n for n, text in files.items() if not (args.out / n).exists() or (args.out / n).read_text() != text)
     if args.check:
         if stale or differ:
-            print(f"labcode differs from the labs ({', '.join(differ + stale)}): run python tools/export_labs.py",
-                  file=sys.stderr)
+            print(f"labcode differs from the labs and chapters ({', '.join(differ + stale)}): "
+                  "run python tools/export_labs.py", file=sys.stderr)
             return 1
         return 0
     args.out.mkdir(exist_ok=True)

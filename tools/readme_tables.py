@@ -1,4 +1,5 @@
-"""Write README.md's timing tables from benchmarks/results/, so no timing in it is typed by hand.
+"""Write README.md's timing tables from benchmarks/results/, so no timing in it is typed by hand,
+and its table of settings from their one description (dplab/cluster/settings.py).
 
     python tools/readme_tables.py           # rewrite the tables in README.md
     python tools/readme_tables.py --check   # exit 1 if README.md differs from what it would write
@@ -11,6 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT))
 
 
 def minutes(seconds: float) -> str:
@@ -49,7 +51,14 @@ def cluster_table() -> str:
     ])
 
 
-TABLES = {"commands": commands_table, "cluster_start": cluster_table}
+def settings_table() -> str:
+    """| variable | argument | meaning | default | from the fields of dplab.cluster.settings.Settings."""
+    from dplab.cluster.settings import describe
+
+    return describe()
+
+
+TABLES = {"commands": commands_table, "cluster_start": cluster_table, "settings": settings_table}
 
 
 def render(readme: str) -> str:
@@ -66,5 +75,6 @@ if __name__ == "__main__":
     old = path.read_text()
     new = render(old)
     if "--check" in sys.argv[1:]:
-        sys.exit(0 if new == old else "README.md's tables differ from benchmarks/results/: run tools/readme_tables.py")
+        sys.exit(0 if new == old else "README.md's tables differ from benchmarks/results/ or dplab/cluster/settings.py: "
+                 "run tools/readme_tables.py")
     path.write_text(new)

@@ -8,7 +8,7 @@ import types
 import psutil
 import pytest
 
-from dplab.backend import free_port
+from dplab.cluster.network import free_port
 from chromium import CHROMIUM
 from hub_process import (BIN, CHP, ENGINES, MARK, ROOT, STATE, STOP_S, USER, describe, marked_processes,
                          wait_for_hub, write_config)

@@ -12,7 +12,7 @@ import urllib.request
 import psutil
 import pytest
 
-from dplab.backend import free_port
+from dplab.cluster.network import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STATE = ROOT / "_build" / "hub"

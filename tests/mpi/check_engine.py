@@ -1,4 +1,6 @@
-"""Run under `mpiexec -n P`: each rank joins via dplab.engine.setup, checks its RankInfo and an all-reduce."""
+"""Run under `mpiexec -n P`: each rank resolves its settings (Settings.for_job), joins via
+dplab.cluster.engine.setup, and checks its RankInfo and an all-reduce."""
+import dataclasses
 import os
 import socket
 import sys
@@ -7,12 +9,15 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
-from dplab import engine
-from dplab.mpi import job_port
+from dplab.cluster import engine
+from dplab.cluster.settings import Settings
 
-port = None if sys.argv[1] == "auto" else job_port()
+settings = Settings.for_job(device="cpu")
+# p from the MPI world, the port from the DPLAB_PORT that run_job set, gloo from the policy
+assert (settings.p, settings.backend) == (MPI.COMM_WORLD.Get_size(), "gloo")
+port = None if sys.argv[1] == "auto" else settings.port
 assert sys.argv[1] == "auto" or port is not None
-info = engine.setup("gloo", "cpu", port)
+info = engine.setup(dataclasses.replace(settings, port=port))
 assert port is None or info.port == port
 assert info.port == int(os.environ["MASTER_PORT"]) == MPI.COMM_WORLD.bcast(info.port)  # rank 0's, on every rank
 assert info.host == socket.gethostname() and info.device == torch.device("cpu")

@@ -3,12 +3,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dplab import engine
-from dplab.mpi import job_port
+from dplab.cluster import engine
+from dplab.cluster.settings import Settings
 from dplab.models import mlp
 from labcode.overlap import OverlapAllReduce, allreduce_gradients, ddp_bucket_bytes, reverse_buckets
 
-info = engine.setup("gloo", "cpu", job_port())
+info = engine.setup(Settings.for_job(device="cpu"))
 sizes = (784, 256, 256, 256, 10)
 gen = torch.Generator().manual_seed(info.rank)
 x, y = torch.randn(16, 784, generator=gen), torch.randint(0, 10, (16,), generator=gen)

@@ -12,12 +12,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-from dplab import engine
-from dplab.mpi import job_port
+from dplab.cluster import engine
+from dplab.cluster.settings import Settings
 from labcode.overlap import (BW, CAPS, REPEATS, TOL, check_overlap, ddp_bucket_bytes, make_step,
                              overlapped_ratio, paired_ratio, slowest_rank_times)
 
-info = engine.setup("gloo", "cpu", job_port(), threads=1)  # one core per rank, as in the lab
+info = engine.setup(Settings.for_job(device="cpu", threads=1))  # one core per rank, as in the lab
 device = info.device
 gen = torch.Generator().manual_seed(info.rank)
 x, y = torch.randn(BW, 784, generator=gen), torch.randint(0, 10, (BW,), generator=gen)

@@ -7,13 +7,13 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.nn.utils import parameters_to_vector
 
-from dplab import engine
-from dplab.mpi import job_port
+from dplab.cluster import engine
+from dplab.cluster.settings import Settings
 from dplab.models import mlp
 from dplab.traffic import count_collectives, counting_allreduce_hook
 from labcode.sharding import ZeRO1Adam, optimizer_state_bytes, replay
 
-info = engine.setup("gloo", "cpu", job_port())
+info = engine.setup(Settings.for_job(device="cpu"))
 p = info.world_size
 sizes = (20, 7, 2)                   # Ψ = 20·7 + 7 + 7·2 + 2 = 163: p = 3 pads the flat vector by 2
 gen = torch.Generator().manual_seed(info.rank)

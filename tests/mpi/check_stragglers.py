@@ -7,13 +7,13 @@ import torch
 from mpi4py import MPI
 from torch.nn.utils import parameters_to_vector
 
-from dplab import engine
-from dplab.mpi import job_port
+from dplab.cluster import engine
+from dplab.cluster.settings import Settings
 from dplab.models import mlp
 from dplab.traffic import count_collectives
 from labcode.stragglers import local_sgd_step, ps_server, ps_worker, straggler_delay, sync_sgd_step
 
-info = engine.setup("gloo", "cpu", job_port())
+info = engine.setup(Settings.for_job(device="cpu"))
 rank, p = info.rank, info.world_size
 comm = MPI.COMM_WORLD
 sizes = (20, 7, 2)

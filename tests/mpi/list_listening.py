@@ -1,4 +1,4 @@
-"""Run under `mpiexec -n P` (dplab.mpi.run_job): join via dplab.engine.setup, run an all-reduce, then
+"""Run under `mpiexec -n P` (dplab.cluster.jobs.run_job): join via dplab.cluster.engine.setup, run an all-reduce, then
 print, as one JSON line per rank, every address this rank listens on and mpiexec's control port."""
 import json
 
@@ -7,10 +7,10 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
-from dplab import engine
-from dplab.mpi import job_port
+from dplab.cluster import engine
+from dplab.cluster.settings import Settings
 
-info = engine.setup("gloo", "cpu", job_port())
+info = engine.setup(Settings.for_job(device="cpu"))
 t = torch.ones(1)
 dist.all_reduce(t)  # Gloo's pairs are connected now
 listening = [[c.laddr.ip, c.laddr.port] for c in psutil.Process().net_connections(kind="inet")

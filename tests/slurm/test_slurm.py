@@ -17,7 +17,7 @@ from recipes import ROOT, check_training, environment, rank_lines, run
 NODES = ["node1", "node2"]
 # The private cluster's two nodes share this host's network stack, so the interface they
 # share (DPLAB_IFACE, required across nodes) is loopback.
-from dplab.backend import loopback_interface  # noqa: E402
+from dplab.cluster.network import loopback_interface  # noqa: E402
 
 IFACE = loopback_interface()
 SQUEUE = shutil.which("squeue") or "squeue"  # found before a test empties PATH
@@ -110,7 +110,7 @@ def test_srun_torchrun_starts_one_agent_per_node_and_two_workers_each(tmp_path):
 
 def test_bad_requests_fail_before_anything_is_submitted(monkeypatch):
     import dplab
-    from dplab.cluster import ClusterError
+    from dplab import ClusterError
 
     with pytest.raises(ClusterError, match="unknown partition 'gpu': this cluster has debug"):
         dplab.start_cluster(2, launcher="slurm", nodes=2, partition="gpu")

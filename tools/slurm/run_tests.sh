@@ -27,6 +27,9 @@ fi
 trap 'tools/slurm/stop.sh "$dir"' EXIT  # on success, failure or Ctrl-C
 tools/slurm/start.sh "$dir" || exit 1
 source "$dir/env.sh"
-env -u DPLAB_ENGINES -u DPLAB_BACKEND -u DPLAB_DEVICE -u DPLAB_PORT -u DPLAB_THREADS \
-  -u DPLAB_LAUNCHER -u DPLAB_NODES -u DPLAB_PARTITION PYTHONPATH="$PWD" \
+# The tests start from the kit's defaults: every DPLAB_* setting of this shell is removed, but
+# DPLAB_SLURM_DIR (env.sh's, which tells the tests where the private cluster is).
+unset_dplab=()
+for v in $(compgen -e | grep '^DPLAB_' | grep -vx DPLAB_SLURM_DIR); do unset_dplab+=(-u "$v"); done
+env "${unset_dplab[@]}" PYTHONPATH="$PWD" \
   "$python" -m pytest -q -p no:cacheprovider -rs tests/slurm "$@"

@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass
 
 from ipyparallel.client.asyncresult import AsyncResult
-from ipyparallel.client.view import DirectView
 
-from .cluster import ClusterError
+from . import ipp
+from .errors import ClusterError
 
 #: Seconds an interrupted rank gets to return before the cluster is stopped.
 INTERRUPT_GRACE_S = 2.0
@@ -27,8 +27,9 @@ INTERRUPT_GRACE_S = 2.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CELL_FILE = re.compile(r"ipykernel_\d+[/\\]\d+\.py$")
 #: mpi4py's blocking calls; mpi4py is compiled, so they leave no Python frame of their own.
+#: Making a communicator (Split, Dup, Create) is a collective too: every rank of the old one waits.
 _MPI_CALL = re.compile(
-    r"\.(allreduce|Allreduce|bcast|Bcast|barrier|Barrier|reduce|Reduce|gather|Gather|Gatherv|allgather|"
+    r"\.(Split|Split_type|Dup|Create|Create_group|Create_cart|Probe|probe|allreduce|Allreduce|bcast|Bcast|barrier|Barrier|reduce|Reduce|gather|Gather|Gatherv|allgather|"
     r"Allgather|Allgatherv|scatter|Scatter|alltoall|Alltoall|reduce_scatter|Reduce_scatter|"
     r"Reduce_scatter_block|sendrecv|Sendrecv|recv|Recv|send|Send|ssend|Ssend|wait|Wait|waitall|Waitall|"
     r"scan|Scan|exscan|Exscan)\("
@@ -152,8 +153,10 @@ def _ranks(ranks) -> str:
 
 def stuck_message(failed: dict, finished: list, stuck: dict, seconds: float, interrupted: bool,
                   settings) -> str:
-    """seconds: how long the stuck ranks were given (stuck_after, or the interrupt's grace)."""
-    """The error text: who failed with what, who was blocked where, and what to do now."""
+    """The error text: who failed with what, who was blocked where, and what to do now.
+
+    seconds: how long the stuck ranks were given (stuck_after, or the interrupt's grace).
+    """
     lines = ["Interrupted."] if interrupted else []
     lines += [f"{_ranks([r])} failed: {why}" for r, why in sorted(failed.items())]
     if finished:
@@ -197,8 +200,8 @@ class WatchedResult(AsyncResult):
         return super().get(timeout, return_exceptions, return_when)
 
     def states(self) -> dict:
-        targets = self._targets if isinstance(self._targets, list) else [self._targets]
-        return {t: _outcome(f) for t, f in zip(targets, self._children)}
+        """rank -> None while running, True when it succeeded, else the exception it ended with."""
+        return {t: _outcome(f) for t, f in zip(ipp.result_targets(self), ipp.result_children(self))}
 
     def _watch(self, deadline: float | None) -> None:
         """Wait until done or `deadline`; stop the cluster and raise if the task can never finish."""
@@ -211,7 +214,7 @@ class WatchedResult(AsyncResult):
             except KeyboardInterrupt:
                 self._interrupt()
                 return
-            if cluster.client is not self._client:
+            if cluster.client is not ipp.result_client(self):
                 raise ClusterError("the cluster this task ran on was stopped: run cluster.restart(), then "
                                    "re-run the set-up cells")
             states = self.states()
@@ -264,29 +267,16 @@ class WatchedResult(AsyncResult):
         raise StuckRanksError(message, failed, where)
 
 
-class WatchedView(DirectView):
+class WatchedView(ipp.HookedView):
     """The cluster's DirectView: blocking calls watch for ranks that can never finish."""
 
     def __init__(self, cluster, client, targets):
-        super().__init__(client=client, socket=client._mux_stream, targets=targets)
+        super().__init__(client, targets)
         self._dplab_cluster = cluster
 
-    def _watched(self, ar):
-        ar.__class__ = WatchedResult
+    def hook(self, ar, code):
+        """Make the AsyncResult a WatchedResult of this cluster (code: the cell, for execute)."""
+        ar = ipp.adopt(ar, WatchedResult)
         ar._dplab_cluster = self._dplab_cluster
-        return ar
-
-    def execute(self, code, silent=True, targets=None, block=None, label=None):
-        block = self.block if block is None else block
-        ar = self._watched(super().execute(code, silent=silent, targets=targets, block=False, label=label))
         ar._dplab_code = code
-        if block:
-            ar.get()
-            ar.wait_for_output()
         return ar
-
-    def _really_apply(self, f, args=None, kwargs=None, targets=None, block=None, track=None, label=None):
-        block = self.block if block is None else block
-        ar = self._watched(super()._really_apply(f, args, kwargs, targets=targets, block=False, track=track,
-                                                 label=label))
-        return ar.get() if block else ar

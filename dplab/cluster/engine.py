@@ -1,7 +1,8 @@
 """Engine-side set-up: runs inside each MPI rank to join the torch process group.
 
-`setup()` is what the client applies on every engine (`Cluster.start`) and what a script
-launched by mpiexec calls itself (benchmarks, tests). It returns one `RankInfo` per rank;
+`setup(settings)` is what the client applies on every engine (`Cluster.start`) and what a
+script launched by mpiexec calls itself (`dplab.cluster.jobs.main`, tests), with the settings
+of `dplab.cluster.settings`, whole. It returns one `RankInfo` per rank;
 the client keeps them in `cluster.ranks`, and binds the names in `ENGINE_NAMES` in each
 engine's namespace from that rank's record. Those names are the only ones the labs find
 already defined on the engines:
@@ -18,13 +19,9 @@ import os
 import socket
 from dataclasses import dataclass, fields
 
-
-#: How long a rank waits for the others in the rendezvous and, by default, in any collective.
-TIMEOUT_S = 120
-
-#: The values TORCH_DISTRIBUTED_DEBUG accepts. DETAIL checks before every collective that all
-#: ranks call the same one on tensors of the same shape, and raises on every rank if not.
-DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")
+from .errors import InterfaceError
+from .network import interface_address, listen_socket, loopback_interface
+from .settings import TIMEOUT_S, Settings, threads_per_rank, to_environment
 
 
 #: The names `Cluster` defines on every engine, from that rank's RankInfo.
@@ -66,8 +63,6 @@ def _listen_interface(hosts: list[str], iface: str | None) -> tuple[str | None, 
     reachable from the network. Ranks on several nodes: the interface `iface` (DPLAB_IFACE) that
     the nodes share, which must be set and exist on every node.
     """
-    from .backend import InterfaceError, interface_address, loopback_interface
-
     try:
         if len(set(hosts)) == 1:
             return loopback_interface(), "127.0.0.1", None
@@ -94,24 +89,15 @@ def _gpu_for(rank: int, local_rank: int, backend: str) -> tuple[int | None, str 
     return local_rank % n_gpus, None
 
 
-def setup(
-    backend: str,
-    device: str,
-    port: int | None = None,
-    threads: int | None = None,
-    timeout_s: float | None = None,
-    debug: str | None = None,
-    stacks: str | None = None,
-    iface: str | None = None,
-) -> RankInfo:
-    """Join every MPI rank in one torch process group on `device` ("cpu" or "cuda").
+def setup(settings: Settings, stacks: str | None = None) -> RankInfo:
+    """Join every MPI rank in one torch process group, as `settings` say.
 
-    port None lets rank 0's OS pick a free one. threads: torch threads per rank (default:
-    this node's cores shared among its ranks). timeout_s: seconds a collective waits before it
-    raises (default TIMEOUT_S). debug: a TORCH_DISTRIBUTED_DEBUG level. stacks: a folder where
-    this rank writes its Python stacks on SIGUSR1 (see `dump_stacks_on_signal`). iface: the
-    interface the nodes share, used only when the ranks span several nodes (default: DPLAB_IFACE);
-    on one node the rendezvous store, Gloo and NCCL listen on loopback only.
+    Used from it: backend and device, port (None: rank 0's OS picks a free one), threads
+    (None: this node's cores shared among its ranks), timeout (None: TIMEOUT_S), debug (a
+    TORCH_DISTRIBUTED_DEBUG level), iface (the interface the nodes share, used only when the
+    ranks span several nodes; on one node the rendezvous store, Gloo and NCCL listen on
+    loopback only), mnist (for dplab.data on this rank). stacks: a folder where this rank
+    writes its Python stacks on SIGUSR1 (see `dump_stacks_on_signal`).
     """
     from datetime import timedelta
 
@@ -119,21 +105,21 @@ def setup(
     import torch
     import torch.distributed as dist
 
-    from .backend import job_interface, listen_socket
-
+    s = settings
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     if stacks is not None:
         dump_stacks_on_signal(stack_file(stacks, rank))
-    if debug is not None:  # torch reads it when it is imported: set it, then tell torch
-        os.environ["TORCH_DISTRIBUTED_DEBUG"] = debug
+    if s.debug is not None:  # torch reads it when it is imported: set it, then tell torch
+        os.environ["TORCH_DISTRIBUTED_DEBUG"] = s.debug
         dist.set_debug_level_from_env()
+    os.environ.update(to_environment(mnist=s.mnist))  # for dplab.data.load_mnist on this rank
     local_rank, local_size = _node_rank_and_size(comm)
     # Ranks on one node share its cores: give each its share instead of all of them.
-    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local_size))
-    gpu, problem = _gpu_for(rank, local_rank, backend) if device == "cuda" else (None, None)
+    torch.set_num_threads(s.threads or threads_per_rank(local_size))
+    gpu, problem = _gpu_for(rank, local_rank, s.backend) if s.device == "cuda" else (None, None)
     host = socket.gethostname()
-    ifname, addr, net_problem = _listen_interface(comm.allgather(host), iface or job_interface())
+    ifname, addr, net_problem = _listen_interface(comm.allgather(host), s.iface)
     # Decide together: if one rank cannot start, none waits in a rendezvous that never completes.
     problems = [p for p in comm.allgather(problem or net_problem) if p]
     if problems:
@@ -148,7 +134,7 @@ def setup(
     # host name resolves to, reachable from the network).
     os.environ.update(GLOO_SOCKET_IFNAME=ifname, NCCL_SOCKET_IFNAME=ifname)
     timeout = timedelta(seconds=TIMEOUT_S)  # for the rendezvous
-    store = None
+    store, port = None, s.port
     if rank == 0:  # port 0: the OS picks a port nobody holds, so concurrent clusters never collide
         # TCPStore binds every interface when it opens its own socket; handed one bound to `addr`, it
         # listens there only. The store owns the descriptor from here on, and closes it when destroyed.
@@ -168,10 +154,10 @@ def setup(
     os.environ.update(
         MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local_rank)
     )
-    kwargs = {"device_id": dev} if backend == "nccl" else {}
+    kwargs = {"device_id": dev} if s.backend == "nccl" else {}
     # On NCCL the timeout arms the watchdog, which ends a rank whose collective never completes.
-    collective_timeout = timedelta(seconds=timeout_s or TIMEOUT_S)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=collective_timeout, **kwargs)
+    collective_timeout = timedelta(seconds=s.timeout or TIMEOUT_S)
+    dist.init_process_group(s.backend, store=store, rank=rank, world_size=size, timeout=collective_timeout, **kwargs)
     return RankInfo(rank, size, local_rank, dev, port, host, os.getpid())
 
 

@@ -35,7 +35,7 @@ def torchrun_env(threads: int = 1) -> dict[str, str]:
                # A fresh rendezvous store for every restart: with the shared one, restarted Gloo
                # workers can find the dead workers' addresses and fail (pytorch/pytorch#135712).
                TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
-    from .backend import loopback_interface
+    from .network import loopback_interface
 
     lo = loopback_interface()  # the workers' collectives stay on this node
     env.update(GLOO_SOCKET_IFNAME=lo, NCCL_SOCKET_IFNAME=lo)

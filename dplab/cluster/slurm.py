@@ -6,15 +6,13 @@
 One sbatch job asks for `nodes` nodes and p tasks; its script runs the venv's `mpiexec -n p`,
 which (MPICH's Hydra, inside an allocation) starts its proxies on every node with srun, and
 the ranks are ipyparallel engines that connect back to the controller in this process. The
-rest is as with the local launcher: `dplab.engine.setup` joins the ranks in one torch
+rest is as with the local launcher: `dplab.cluster.engine.setup` joins the ranks in one torch
 process group, and local_rank counts the ranks on each node. Stopping the cluster cancels
 the job (scancel) and waits until squeue no longer lists it.
 
-    DPLAB_LAUNCHER   mpiexec (default) or slurm
-    DPLAB_NODES      nodes to ask for, default 2
-    DPLAB_PARTITION  SLURM partition, default: the cluster's default partition
-    DPLAB_IFACE      the network interface the nodes share, required for more than one node:
-                     the controller, MPICH, the rendezvous store and Gloo listen there only
+Its settings (`dplab.cluster.settings`): launcher, nodes, partition, and iface, the network
+interface the nodes share, required for more than one node: the controller, MPICH, the
+rendezvous store and Gloo listen there only.
 """
 from __future__ import annotations
 
@@ -23,16 +21,14 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 
-from . import backend as _backend
-from .cluster import (START_TIMEOUT_S, STOP_POLITE_S, Cluster, ClusterError, _shutdown_engines,
-                      engine_environment)
+from .errors import ClusterError
+from .local import START_TIMEOUT_S, Cluster, engine_environment
+from .network import interface_address, loopback_interface, mpi_environment
+from .settings import Settings
 
-LAUNCHERS = ("mpiexec", "slurm")
-DEFAULT_NODES = 2
 COMMAND_TIMEOUT_S = 30  # for one sinfo, squeue or scancel
 GONE_TIMEOUT_S = 30  # for the job to leave squeue after scancel
 EXIT_TIMEOUT_S = 10  # for the engines to exit and end the job by themselves
@@ -55,15 +51,6 @@ class SlurmSettings:
     nodes: int
     partition: str  # the partition asked for, or the cluster's default
     cpus_per_node: int  # the partition's smallest node
-
-
-def launcher_name(raw: str | None) -> str:
-    """Validate the launcher from the argument or DPLAB_LAUNCHER."""
-    name = raw or os.environ.get("DPLAB_LAUNCHER") or "mpiexec"
-    if name not in LAUNCHERS:
-        raise ClusterError(f"unknown launcher {name!r}: use one of {', '.join(LAUNCHERS)}, "
-                           "or unset launcher= and DPLAB_LAUNCHER for mpiexec on this machine")
-    return name
 
 
 def _command(*args: str) -> str:
@@ -91,7 +78,7 @@ def _partitions() -> dict[str, tuple[int, int, bool]]:
     return found
 
 
-def resolve_slurm(p: int, nodes: int | str | None, partition: str | None) -> SlurmSettings:
+def resolve_slurm(settings: Settings) -> SlurmSettings:
     """Check a SLURM request against this cluster; raise ClusterError before anything is submitted."""
     for exe in ("sbatch", "sinfo", "squeue", "scancel"):
         if shutil.which(exe) is None:
@@ -99,14 +86,7 @@ def resolve_slurm(p: int, nodes: int | str | None, partition: str | None) -> Slu
                 f"{exe} not found on PATH: launcher='slurm' needs SLURM's client commands (sbatch, "
                 "sinfo, squeue, scancel) on the machine that runs the notebook. Run where they are, or "
                 "use launcher='mpiexec'. (This repository's private test cluster: tools/slurm/start.sh)")
-    raw = nodes if nodes is not None else os.environ.get("DPLAB_NODES", DEFAULT_NODES)
-    try:
-        n_nodes = int(raw)
-    except (TypeError, ValueError):
-        n_nodes = 0
-    if n_nodes < 1 or str(n_nodes) != str(raw).strip():
-        raise ClusterError(f"nodes must be a whole number >= 1, got {raw!r}: fix nodes= or DPLAB_NODES")
-    partition = partition or os.environ.get("DPLAB_PARTITION") or None
+    p, n_nodes, partition = settings.p, settings.nodes, settings.partition
     parts = _partitions()
     if not parts:
         raise ClusterError("sinfo lists no partition: this SLURM cluster has no nodes to run on")
@@ -134,7 +114,7 @@ def job_listed(job_id: str) -> bool:
 class SlurmCluster(Cluster):
     """A Cluster whose engines are the ranks of `mpiexec` inside an sbatch job."""
 
-    def __init__(self, settings, slurm: SlurmSettings, init_torch: bool = True):
+    def __init__(self, settings: Settings, slurm: SlurmSettings, init_torch: bool = True):
         super().__init__(settings, init_torch=init_torch)
         self.slurm = slurm
         self.job_id: str | None = None
@@ -142,7 +122,7 @@ class SlurmCluster(Cluster):
 
     def _ipp_cluster(self):
         """ipyparallel's SLURM engine launcher, with a batch script that runs mpiexec."""
-        import ipyparallel as ipp
+        import ipyparallel
         from traitlets.config import Config
 
         s = self.settings
@@ -153,18 +133,17 @@ class SlurmCluster(Cluster):
         launcher.batch_file_name = os.path.join(self._folder, "engines.sbatch")
         launcher.output_file = os.path.join(self._folder, "engines.out")
         # MPICH listens on the interface the nodes share (loopback when there is one node).
-        iface = s.iface or _backend.loopback_interface()
-        launcher.environment = {**_backend.mpi_environment(iface), **engine_environment(s.p, s.threads),
-                                **({"DPLAB_IFACE": s.iface} if s.iface else {})}
+        iface = s.iface or loopback_interface()
+        launcher.environment = {**mpi_environment(iface), **engine_environment(s.p, s.threads)}
         # A job that already ended (the engines exited) is not an error to stop.
         launcher.delete_command = ["sh", "-c", 'scancel "$0" 2>/dev/null || true']
         launcher.namespace = {
-            "nodes": self.slurm.nodes, "mpiexec": s.mpiexec,
+            "nodes": self.slurm.nodes, "mpiexec": self.mpiexec,
             "partition_line": f"#SBATCH --partition={self.slurm.partition}",
         }
         # The engines on other nodes connect back to the controller on the interface they share.
-        where = {"controller_ip": _backend.interface_address(s.iface)} if s.iface else {}
-        return ipp.Cluster(engines="slurm", n=s.p, log_level=40, controller_args=["--HeartMonitor.period=500"],
+        where = {"controller_ip": interface_address(s.iface)} if s.iface else {}
+        return ipyparallel.Cluster(engines="slurm", n=s.p, log_level=40, controller_args=["--HeartMonitor.period=500"],
                            config=cfg, shutdown_atexit=False, **where)
 
     def _wait_for_engines(self) -> None:
@@ -195,24 +174,26 @@ class SlurmCluster(Cluster):
         except (OSError, TypeError):
             return "(none)"
 
-    def stop(self) -> None:
-        """Let healthy engines leave and exit, so that the job ends by itself; then stop as a
-        Cluster does (ipyparallel cancels the job) and make sure squeue no longer lists it.
+    def _leave_politely(self, client) -> bool:
+        """Let healthy engines leave and exit, as a Cluster does, and wait until the job ends
+        by itself; stop() then cancels it only if it has not.
 
         Engines killed by scancel leave MPICH's shared-memory files in every node's /dev/shm,
         where no one removes them; engines that exit call MPI_Finalize, which does.
         """
-        if self.client is not None and self.job_id is not None and not self.client.outstanding:
-            done = threading.Thread(target=_shutdown_engines, args=(self.client, self.init_torch and bool(self.ranks)),
-                                    daemon=True)
-            done.start()
-            done.join(timeout=STOP_POLITE_S)
+        asked = super()._leave_politely(client)
+        if asked and self.job_id is not None:
             deadline = time.monotonic() + EXIT_TIMEOUT_S
             try:
                 while job_listed(self.job_id) and time.monotonic() < deadline:
                     time.sleep(0.1)
             except ClusterError:
                 pass
+        return asked
+
+    def stop(self) -> None:
+        """Stop as a Cluster does (ipyparallel cancels the job), and make sure squeue no longer
+        lists the job."""
         super().stop()
         job, self.job_id = self.job_id, None
         if job is not None:
@@ -234,14 +215,12 @@ class SlurmCluster(Cluster):
                 f"backend={s.backend}, device={s.device}>")
 
 
-def start(p, backend, device, port, init_torch, threads, timeout, debug, stuck_after, iface, nodes,
-          partition) -> SlurmCluster:
-    """dplab.start_cluster(launcher="slurm"): check everything, then submit the engines' job."""
-    from .cluster import resolve
+def start(settings: Settings, init_torch: bool = True) -> SlurmCluster:
+    """dplab.start_cluster(launcher="slurm"): check everything, then submit the engines' job.
 
-    # The port is for rank 0's node, not this one: only a port the user names is used.
-    settings = resolve(p, backend, device, port or None, threads, timeout, debug, stuck_after, iface)
-    slurm = resolve_slurm(settings.p, nodes, partition)
+    A port in the settings is for rank 0's node, not this one: only a port the user names is used.
+    """
+    slurm = resolve_slurm(settings)
     if slurm.nodes > 1 and settings.iface is None:
         raise ClusterError(
             f"engines on {slurm.nodes} nodes need the network interface the nodes share: set DPLAB_IFACE "

@@ -1,84 +1,14 @@
-"""Pick the torch.distributed backend, the device, a rendezvous port and the network interface."""
+"""Ports and network interfaces: where the cluster's sockets listen (loopback on one node).
+
+Nothing here reads the environment: the port and the interface asked for are settings
+(`dplab.cluster.settings`), and these functions check and use them.
+"""
 from __future__ import annotations
 
 import errno
-import os
 import socket
-from dataclasses import dataclass
 
-BACKENDS = ("gloo", "nccl", "mpi")
-DEVICES = ("cpu", "cuda")
-
-
-class BackendError(ValueError):
-    """A backend or device request that this machine cannot honour."""
-
-
-class PortInUseError(OSError):
-    """The requested rendezvous port is already taken."""
-
-
-class InterfaceError(ValueError):
-    """A network interface (DPLAB_IFACE) that this machine does not have, or that has no address."""
-
-
-@dataclass(frozen=True)
-class BackendChoice:
-    """The backend and device every rank will use."""
-
-    backend: str
-    device: str
-
-
-def count_gpus() -> int:
-    """Return the number of CUDA devices this process (and so its engines) can see."""
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def choose_backend(
-    n_ranks: int, n_gpus: int, backend: str | None = None, device: str | None = None
-) -> BackendChoice:
-    """Return NCCL when every rank owns a GPU, else Gloo (on shared GPUs or the CPU)."""
-    if backend is not None and backend not in BACKENDS:
-        raise BackendError(
-            f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}, "
-            "or leave it unset (DPLAB_BACKEND) to choose automatically"
-        )
-    if device is not None and device not in DEVICES:
-        raise BackendError(
-            f"unknown device {device!r}: use 'cpu' or 'cuda', "
-            "or leave it unset (DPLAB_DEVICE) to choose automatically"
-        )
-    if device == "cuda" and n_gpus == 0:
-        raise BackendError(
-            "device 'cuda' asked for, but no GPU is visible: use device='cpu' "
-            "or run on a machine with a GPU (check CUDA_VISIBLE_DEVICES)"
-        )
-    if backend == "nccl":
-        if device == "cpu":
-            raise BackendError("NCCL works on GPU tensors only: use backend='gloo' for device='cpu'")
-        if n_gpus < n_ranks:
-            raise BackendError(
-                f"NCCL needs one GPU per rank, but {n_ranks} ranks see {n_gpus} GPU(s): "
-                f"start at most {n_gpus} engines, or use backend='gloo' to share GPUs or run on the CPU"
-            )
-        return BackendChoice("nccl", "cuda")
-    if backend == "mpi":
-        import torch.distributed as dist
-
-        if not dist.is_mpi_available():
-            raise BackendError(
-                "this torch build has no MPI backend (the PyPI wheels never do): "
-                "use backend='gloo', and mpi4py for MPI itself"
-            )
-        return BackendChoice("mpi", device or "cpu")
-    if backend is None and device != "cpu" and n_gpus >= n_ranks > 0:
-        return BackendChoice("nccl", "cuda")
-    if device is None:
-        device = "cuda" if n_gpus > 0 else "cpu"
-    return BackendChoice("gloo", device)
+from .errors import InterfaceError, PortInUseError
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -86,16 +16,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
-
-
-def job_port() -> int | None:
-    """The rendezvous port in DPLAB_PORT, or None (unset or empty) to let rank 0 pick one."""
-    raw = os.environ.get("DPLAB_PORT")
-    if not raw:
-        return None
-    if not raw.isdigit() or not 0 < int(raw) < 65536:
-        raise ValueError(f"DPLAB_PORT={raw!r} is not a port number: set 1..65535 or unset it")
-    return int(raw)
 
 
 def check_port_free(port: int, host: str = "127.0.0.1") -> None:
@@ -161,11 +81,6 @@ def mpi_environment(iface: str) -> dict[str, str]:
     It must be set before MPI starts, so it goes to mpiexec, not to a running rank.
     """
     return {"UCX_NET_DEVICES": iface, "FI_TCP_IFACE": iface, "FI_SOCKETS_IFACE": iface}
-
-
-def job_interface() -> str | None:
-    """The interface in DPLAB_IFACE, or None (unset or empty): loopback on a single node."""
-    return os.environ.get("DPLAB_IFACE") or None
 
 
 def listen_socket(host: str, port: int = 0) -> socket.socket:

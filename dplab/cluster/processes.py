@@ -1,0 +1,142 @@
+"""The cluster's processes: find mpiexec and them, ask them to leave, reap them, remove what they leave.
+
+Used by both launchers (`dplab.cluster.local`, `dplab.cluster.slurm`) and by MPI jobs
+(`dplab.cluster.jobs`).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import threading
+import time
+from typing import Callable
+
+from .errors import ClusterError
+
+
+def find_mpiexec() -> str:
+    """Return the path of mpiexec, looking beside this Python first."""
+    here = os.path.dirname(sys.executable)
+    path = os.pathsep.join([here, os.environ.get("PATH", "")])
+    exe = shutil.which("mpiexec", path=path)
+    if exe is None:
+        raise ClusterError(
+            "mpiexec not found: run `make setup` (it installs the mpich wheel), "
+            "or put the venv's bin/ on PATH"
+        )
+    return exe
+
+
+def own_cluster_processes(cluster_id: str) -> list:
+    """Our descendant processes that ipyparallel launched for this cluster."""
+    import psutil
+
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.environ().get("IPP_CLUSTER_ID") == cluster_id:
+                found.append(proc)
+        except psutil.Error:
+            pass
+    return found
+
+
+def is_engine(proc) -> bool:
+    """An engine or its nanny (the processes that hold a rank), not mpiexec or the controller."""
+    try:
+        return any(arg.startswith("ipyparallel.engine") for arg in proc.cmdline())
+    except Exception:
+        return False
+
+
+def alive(procs: list) -> list:
+    """Those of `procs` still running; a zombie (dead, not yet reaped by its parent) counts as gone."""
+    import psutil
+
+    running = []
+    for proc in procs:
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                running.append(proc)
+        except psutil.Error:
+            pass
+    return running
+
+
+def reap(procs: list, timeout: float) -> None:
+    """Wait up to `timeout` s for processes to exit, then kill the rest and wait for them."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while (running := alive(procs)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for proc in running:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    deadline = time.monotonic() + 5
+    while alive(running) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def files_held_open(procs: list) -> set[str]:
+    """MPICH's files that its processes hold open and leave behind when killed: a shared-memory
+    segment in /dev/shm and mpiexec's hwloc topology file in the temp folder."""
+    found = set()
+    for proc in procs:
+        try:
+            found.update(f.path for f in proc.open_files()
+                         if f.path.startswith("/dev/shm/mpich_shm_") or "hydra_hwloc_xmlfile_" in f.path)
+        except Exception:
+            pass
+    return found
+
+
+def unlink(path: str) -> None:
+    """Remove a file if it is there."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+@contextlib.contextmanager
+def remove_files_held_open(pid: int):
+    """Remove, after the block (which kills them), the MPICH files that process `pid` and its
+    descendants hold open."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        files = files_held_open([proc, *proc.children(recursive=True)])
+    except psutil.Error:
+        files = set()
+    try:
+        yield
+    finally:
+        for path in files:
+            unlink(path)
+
+
+def shut_down_politely(client, leave: Callable[[], None] | None, wait_s: float) -> bool:
+    """Ask idle engines to run `leave` (leave the process group) and exit, waiting at most
+    `wait_s` seconds. An engine busy with a task would not answer, so a client with tasks
+    outstanding is not asked. True when the engines were asked."""
+    if client is None or client.outstanding:
+        return False
+
+    def ask() -> None:
+        try:
+            if leave is not None:
+                client[:].apply_sync(leave)
+            client.shutdown(targets="all", block=True)
+        except Exception:
+            pass
+
+    done = threading.Thread(target=ask, daemon=True)
+    done.start()
+    done.join(timeout=wait_s)
+    return True

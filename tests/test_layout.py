@@ -1,0 +1,283 @@
+"""The kit's layout: no import loop, no private name imported across modules, and DPLAB_* read in
+one module (dplab/cluster/settings.py). Each check also runs on a broken variant it must catch."""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("dplab", "labcode")
+SETTINGS_MODULE = "dplab/cluster/settings.py"
+HUB_SAMPLE = "hub/jupyterhub_config.py"
+
+
+# -- the import graph -----------------------------------------------------------------
+
+def modules(root: Path, packages=PACKAGES) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the packages under root."""
+    found = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The module an ImportFrom names, with relative imports made absolute."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports(root: Path, packages=PACKAGES):
+    """(edges, private): edges maps each module to {imported module: line}; private lists
+    (file, line, text) where a module imports or uses another module's _private name."""
+    mods = modules(root, packages)
+    edges: dict[str, dict[str, int]] = {m: {} for m in mods}
+    private = []
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text(), str(path))
+        is_package = path.name == "__init__.py"
+        aliases = {}  # local name -> one of our modules
+        where = path.relative_to(root)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name in mods:
+                        edges[name].setdefault(a.name, node.lineno)
+                        aliases[a.asname or a.name] = a.name
+            elif isinstance(node, ast.ImportFrom):
+                source = _absolute(name, is_package, node)
+                for a in node.names:
+                    target = f"{source}.{a.name}" if source else a.name
+                    if target in mods:  # a module: `from pkg import mod`
+                        edges[name].setdefault(target, node.lineno)
+                        aliases[a.asname or a.name] = target
+                    elif source in mods:
+                        edges[name].setdefault(source, node.lineno)
+                        if a.name.startswith("_") and source != name:
+                            private.append((str(where), node.lineno, f"from {source} import {a.name}"))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in aliases and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and aliases[node.value.id] != name):
+                private.append((str(where), node.lineno, f"{node.value.id}.{node.attr} ({aliases[node.value.id]})"))
+    edges = {m: {t: line for t, line in ts.items() if t != m} for m, ts in edges.items()}
+    return edges, private
+
+
+def cycles(edges: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Every import loop, as the modules around it (one per strongly connected component)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def describe_cycle(edges, component: list[str]) -> str:
+    """One loop inside a component, with the line of each import: a -> b (line) -> ... -> a."""
+    inside = set(component)
+    path, seen = [component[0]], {component[0]}
+    while True:
+        here = path[-1]
+        nxt = next(t for t in sorted(edges[here]) if t in inside)
+        if nxt in seen:
+            loop = path[path.index(nxt):] + [nxt]
+            return " -> ".join(f"{a} (line {edges[a][b]})" for a, b in zip(loop, loop[1:])) + f" -> {nxt}"
+        path.append(nxt)
+        seen.add(nxt)
+
+
+def test_the_kit_has_no_import_loop():
+    edges, _ = imports(ROOT)
+    loops = [f"{', '.join(c)} import each other, for example {describe_cycle(edges, c)}" for c in cycles(edges)]
+    assert loops == [], "import loops:\n" + "\n".join(loops)
+
+
+def test_no_module_imports_another_modules_private_name():
+    _, private = imports(ROOT)
+    assert private == [], "private names used across modules:\n" + "\n".join(
+        f"{f}:{line}: {text}" for f, line, text in private)
+
+
+def test_the_page_tools_do_not_depend_on_the_clusters_plumbing():
+    """dplab's top modules (what pages use) import from dplab.cluster only the settings (data.py
+    reads the mnist setting); the plumbing may use them, not the other way round."""
+    edges, _ = imports(ROOT)
+    tools = [m for m in edges if m.startswith("dplab.") and not m.startswith("dplab.cluster")]
+    wrong = [f"{m} imports {t} (line {line})" for m in tools for t, line in edges[m].items()
+             if t.startswith("dplab.cluster") and t != "dplab.cluster.settings"]
+    assert tools and wrong == [], wrong
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def test_a_loop_and_a_private_import_are_caught(tmp_path):
+    """The broken variant: today's old layout in small (cluster -> slurm -> cluster, a lazy import
+    included, and slurm importing cluster's _shutdown_engines)."""
+    root = _package(tmp_path, {
+        "kit/__init__.py": "",
+        "kit/cluster.py": "def _shutdown_engines():\n    pass\n\ndef start():\n    from . import slurm\n",
+        "kit/slurm.py": "from .cluster import _shutdown_engines\nfrom kit import cluster as c\nc._reap\n",
+        "kit/fine.py": "from .cluster import start\nimport kit.slurm\n",
+    })
+    edges, private = imports(root, ("kit",))
+    assert edges["kit.fine"] == {"kit.cluster": 1, "kit.slurm": 2}
+    loops = cycles(edges)
+    assert loops == [["kit.cluster", "kit.slurm"]]
+    assert describe_cycle(edges, loops[0]) in (
+        "kit.cluster (line 5) -> kit.slurm (line 1) -> kit.cluster",
+        "kit.slurm (line 1) -> kit.cluster (line 5) -> kit.slurm")
+    assert private == [("kit/slurm.py", 1, "from kit.cluster import _shutdown_engines"),
+                       ("kit/slurm.py", 3, "c._reap (kit.cluster)")]
+
+
+# -- DPLAB_* is read in one module ------------------------------------------------------
+
+READERS = {"get", "getenv", "pop", "setdefault"}
+
+
+def env_reads(source: str) -> list[tuple[int, str]]:
+    """(line, variable) for every read of a DPLAB_* name: os.environ.get/pop/setdefault or
+    environ[...], os.getenv(...), "DPLAB_X" in os.environ, and the same on any mapping (a copy
+    of the environment). Writing one (env["DPLAB_X"] = ..., dict(..., DPLAB_X=...)) is no read.
+    A name computed at run time (os.environ.get(name)) is not seen: keep names literal."""
+    found = []
+
+    def name(node) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("DPLAB_"):
+            return node.value
+        return None
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and node.args:
+            fn = node.func
+            called = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else None
+            if called in READERS and name(node.args[0]):
+                found.append((node.lineno, name(node.args[0])))
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and name(node.slice):
+            found.append((node.lineno, name(node.slice)))
+        elif isinstance(node, ast.Compare) and name(node.left) and any(
+                isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            found.append((node.lineno, name(node.left)))
+    return found
+
+
+def _python(text: str) -> str:
+    """A notebook's or a MyST page's cell as plain Python: IPython magics and shell lines commented out."""
+    return "\n".join("#" + line if line.lstrip().startswith(("%", "!")) else line for line in text.splitlines())
+
+
+def code_to_scan(root: Path) -> list[tuple[str, int, str]]:
+    """(file, first line, Python source) of the code in dplab/, labcode/, benchmarks/, tools/, hub/,
+    launch/, chapters' scripts, the labs' code cells and the chapters' code cells."""
+    found = []
+    for folder in ("dplab", "labcode", "benchmarks", "tools", "hub", "launch", "chapters"):
+        for path in sorted((root / folder).rglob("*.py")):
+            found.append((str(path.relative_to(root)), 1, path.read_text()))
+    for path in sorted((root / "labs").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] == "code":
+                found.append((f"{path.relative_to(root)} (cell {i})", 1, _python("".join(cell["source"]))))
+    for path in sorted((root / "chapters").glob("*.md")):
+        text = path.read_text()
+        for m in re.finditer(r"^```\{code-cell\}[^\n]*\n(.*?)^```", text, flags=re.M | re.S):
+            # the cell's options (`:key: value` lines, or a --- YAML block) become blank lines
+            body = re.sub(r"\A(?:(?::[^\n]*\n)+|---\n.*?\n---\n)", lambda h: "\n" * h.group(0).count("\n"),
+                          m.group(1), flags=re.S)
+            found.append((str(path.relative_to(root)), text[: m.start(1)].count("\n") + 1, _python(body)))
+    return found
+
+
+def allowed(where: str, variable: str) -> bool:
+    """The settings module reads DPLAB_*; the hub sample reads its own DPLAB_HUB_* (the hub's
+    settings, which configure its spawner hooks and never reach the kit)."""
+    return where == SETTINGS_MODULE or (where == HUB_SAMPLE and variable.startswith("DPLAB_HUB_"))
+
+
+def stray_reads(root: Path) -> list[str]:
+    found = []
+    for where, first, source in code_to_scan(root):
+        for line, variable in env_reads(source):
+            if not allowed(where, variable):
+                found.append(f"{where}:{first + line - 1}: reads {variable}")
+    return found
+
+
+def test_dplab_variables_are_read_in_the_settings_module_only():
+    stray = stray_reads(ROOT)
+    assert stray == [], ("DPLAB_* read outside dplab/cluster/settings.py (read it there, as a field of "
+                         "Settings, and pass the settings on):\n" + "\n".join(stray))
+
+
+def test_the_scan_finds_every_kind_of_read_and_no_write():
+    reads = env_reads(
+        "import os\nfrom os import environ, getenv\n"
+        "a = os.environ.get('DPLAB_A')\n"
+        "b = os.environ['DPLAB_B']\n"
+        "c = getenv('DPLAB_C', '1')\n"
+        "d = 'DPLAB_D' in os.environ\n"
+        "env = dict(os.environ)\ne = env.get('DPLAB_E') or environ.pop('DPLAB_F')\n"
+        "os.environ['DPLAB_W'] = '1'\nos.environ.update(DPLAB_X='2')\nchild = dict(env, DPLAB_Y='3')\n"
+        "writes = {'DPLAB_Z': '4'}\n")
+    assert sorted(reads) == [(3, "DPLAB_A"), (4, "DPLAB_B"), (5, "DPLAB_C"), (6, "DPLAB_D"), (8, "DPLAB_E"),
+                             (8, "DPLAB_F")]
+
+
+def test_a_stray_read_is_named_by_file_and_line(tmp_path):
+    """The broken variant: data.py reading DPLAB_MNIST itself, as it did, and a lab cell and a
+    chapter cell doing the same; the hub sample may read its own DPLAB_HUB_* but nothing else."""
+    root = _package(tmp_path, {
+        "dplab/data.py": "import os\n\nroot = os.environ.get('DPLAB_MNIST')\n",
+        "dplab/cluster/settings.py": "import os\nos.environ.get('DPLAB_ENGINES')\n",
+        "hub/jupyterhub_config.py": "def f(env):\n    return env.get('DPLAB_HUB_MODE'), env['DPLAB_ENGINES']\n",
+        "chapters/x.md": "text\n\n```{code-cell} ipython3\n:tags: [hide-input]\nimport os\n"
+                         "p = os.environ['DPLAB_ENGINES']\n```\n",
+        "labs/00_x.ipynb": json.dumps({"cells": [
+            {"cell_type": "markdown", "source": ["os.environ['DPLAB_NOT_CODE']"]},
+            {"cell_type": "code", "source": ["%%px\n", "import os\n", "n = os.getenv('DPLAB_ENGINES')\n"]}]}),
+    })
+    assert stray_reads(root) == [
+        "dplab/data.py:3: reads DPLAB_MNIST",
+        "hub/jupyterhub_config.py:2: reads DPLAB_ENGINES",
+        "labs/00_x.ipynb (cell 1):3: reads DPLAB_ENGINES",
+        "chapters/x.md:6: reads DPLAB_ENGINES",
+    ]
