@@ -11,10 +11,13 @@ MATHJAX := $(VENV)/share/mathjax/.installed-$(MATHJAX_VERSION)
 export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup book test test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-slurm \
+.PHONY: setup venv book test test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-slurm \
 	test-hub bench labs clean
 
 setup: $(STAMP) $(MATHJAX)
+
+# Only the Python venv: what the targets that build no page need (no npm on a GPU node).
+venv: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,12 +60,12 @@ test-labs-other-cpu: setup
 	$(UNSET_DPLAB) $(OTHER_CPU) $(NBVAL) labs
 
 # Every lab at p = 1 and p = 3, asserts only (stored outputs are those of p = 4).
-test-any-p: setup
+test-any-p: venv
 	$(UNSET_DPLAB) $(BIN)/python tools/run_labs.py --any-p
 
 # Every lab on a GPU, asserts only: NCCL with one engine per GPU, and 4 engines sharing GPU 0 on gloo.
 # With no GPU it says so and exits non-zero before starting anything.
-test-gpu: setup
+test-gpu: venv
 	$(UNSET_DPLAB) $(BIN)/python tools/run_labs.py --gpu
 
 # A private SLURM cluster of 2 nodes on this machine (tools/slurm/start.sh), the tests in
