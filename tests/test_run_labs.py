@@ -24,6 +24,17 @@ def test_gpu_run_without_a_gpu_refuses_before_starting_anything():
     assert wait_until_gone(descendants() - before, timeout=5) == set()
 
 
+def test_a_cpu_build_of_torch_on_a_gpu_machine_is_named_with_the_fix():
+    sys.path.insert(0, str(RUNNER.parent))
+    from run_labs import gpu_problem
+
+    h100 = [{"name": "NVIDIA H100 80GB HBM3", "driver_version": "570.86.15", "compute_mode": "Default"}]
+    said = gpu_problem("2.13.0+cpu", None, 0, h100)
+    assert "CPU build" in said and "--force-reinstall torch==2.13.0 " in said and "570.86.15" in said
+    assert "no GPU is visible" in gpu_problem("2.13.0+cpu", None, 0, [])
+    assert gpu_problem("2.13.0+cu128", "12.8", 1, h100) is None
+
+
 def test_table_names_the_failing_cell_and_passes_the_setting(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,23 +26,59 @@ CELL_TIMEOUT_S = 600
 ANY_P = {"p=1": {"DPLAB_ENGINES": "1"}, "p=3": {"DPLAB_ENGINES": "3"}}
 
 
+def nvidia_gpus() -> list[dict[str, str]]:
+    """The NVIDIA GPUs the driver reports (name, driver, compute mode), whatever torch sees; [] if none."""
+    fields = ("name", "driver_version", "compute_mode")
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if out.returncode != 0:
+        return []
+    return [dict(zip(fields, (v.strip() for v in line.split(",")))) for line in out.stdout.splitlines() if line.strip()]
+
+
+def gpu_problem(torch_version: str, torch_cuda: str | None, n_visible: int, gpus: list[dict[str, str]]) -> str | None:
+    """What stops the GPU run before anything starts, said with what to do; None if nothing does."""
+    if torch_cuda is None and gpus:
+        return (f"make test-gpu: this machine has {len(gpus)} NVIDIA GPU(s) ({gpus[0]['name']}), but torch "
+                f"{torch_version} is a CPU build, so nothing was started. Install the CUDA build of the same "
+                "version into the venv: .venv/bin/pip install --force-reinstall torch==" + torch_version.split("+")[0]
+                + " --index-url https://download.pytorch.org/whl/cuXYZ, with the cuXYZ your driver "
+                f"({gpus[0]['driver_version']}) supports (pytorch.org/get-started/locally lists them).")
+    if n_visible == 0:
+        return ("make test-gpu: no GPU is visible to torch on this machine (torch "
+                f"{torch_version}), so nothing was started. Run it on a machine with an NVIDIA GPU "
+                "and a CUDA build of torch, with CUDA_VISIBLE_DEVICES unset or naming the GPUs to use.")
+    return None
+
+
 def gpu_settings() -> dict[str, dict[str, str]]:
     """NCCL with one engine per GPU, and 4 engines sharing GPU 0 on gloo; exits if there is no GPU."""
     import torch
 
     n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if n_gpus == 0:
-        sys.exit(
-            "make test-gpu: no GPU is visible to torch on this machine (torch "
-            f"{torch.__version__}), so nothing was started. Run it on a machine with an NVIDIA GPU "
-            "and a CUDA build of torch, with CUDA_VISIBLE_DEVICES unset or naming the GPUs to use."
-        )
-    return {
+    gpus = nvidia_gpus()
+    problem = gpu_problem(torch.__version__, torch.version.cuda, n_gpus, gpus)
+    if problem:
+        sys.exit(problem)
+    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}; {n_gpus} GPU(s) visible: "
+          f"{torch.cuda.get_device_name(0)}; driver {gpus[0]['driver_version'] if gpus else 'unknown'}, "
+          f"compute mode {gpus[0]['compute_mode'] if gpus else 'unknown'}", flush=True)
+    settings = {
         f"nccl, {n_gpus} GPU(s)": {"DPLAB_ENGINES": str(n_gpus), "DPLAB_BACKEND": "nccl", "DPLAB_DEVICE": "cuda"},
         "gloo, 4 share GPU 0": {
             "DPLAB_ENGINES": "4", "DPLAB_BACKEND": "gloo", "DPLAB_DEVICE": "cuda", "CUDA_VISIBLE_DEVICES": "0",
         },
     }
+    if gpus and gpus[0]["compute_mode"].lower().startswith("exclusive"):
+        # One process per GPU: ranks cannot share GPU 0. `nvidia-smi -c DEFAULT` (as root) allows it.
+        print(f"GPU 0 is in compute mode {gpus[0]['compute_mode']}: one process per GPU, so the setting "
+              "'gloo, 4 share GPU 0' is left out; set the Default mode (nvidia-smi -i 0 -c DEFAULT, as root) "
+              "to run it", flush=True)
+        del settings["gloo, 4 share GPU 0"]
+    return settings
 
 
 def parse_setting(text: str) -> tuple[str, dict[str, str]]:
