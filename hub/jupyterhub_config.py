@@ -5,8 +5,8 @@ and spawner your site uses, and choose one of two set-ups with DPLAB_HUB_MODE in
 environment (read_settings reads DPLAB_HUB_*; edit it to change the defaults):
 
   own     one learner per GPU. Each learner's server sees only its own GPU
-          (CUDA_VISIBLE_DEVICES), the lowest free one, so the node takes as many learners as
-          it has GPUs. NCCL needs one GPU per rank, so a learner gets 1 engine on NCCL; ask
+          (CUDA_VISIBLE_DEVICES, by UUID), the lowest free one, so the node takes as many
+          learners as it has GPUs; a GPU in MIG mode counts each MIG instance as one. NCCL needs one GPU per rank, so a learner gets 1 engine on NCCL; ask
           for more engines (DPLAB_HUB_ENGINES) and they share the learner's GPU on Gloo.
   shared  learners share all of the node's GPUs. Each learner gets DPLAB_HUB_ENGINES
           engines (default 4) on Gloo, spread over the GPUs (engine i on GPU i mod GPUs).
@@ -31,6 +31,7 @@ It needs dplab installed in the hub's environment (`pip install -e .`, README).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -43,16 +44,38 @@ class HubPolicyError(ValueError):
     """A set-up this node cannot give a learner."""
 
 
-def count_gpus() -> int:
-    """The number of NVIDIA GPUs on this node (nvidia-smi -L), 0 without a driver."""
+def parse_gpu_list(text: str) -> list[str]:
+    """The node's GPU slots from `nvidia-smi -L`, as CUDA_VISIBLE_DEVICES can name them: the UUID
+    of each MIG instance of a GPU in MIG mode, else the GPU's own UUID (the index if none is shown).
+
+    A UUID names the same device whatever order CUDA enumerates them in; MIG instances are no
+    "GPU n" lines of their own, and the default CUDA order (fastest first) is not nvidia-smi's.
+    """
+    slots: list[list[str]] = []  # per GPU: [its own name, then its MIG instances]
+    for line in text.splitlines():
+        uuid = re.search(r"\(UUID: ([^)]+)\)", line)
+        if line.startswith("GPU "):
+            slots.append([uuid.group(1) if uuid else line.split(":")[0].split()[1]])
+        elif line.strip().startswith("MIG ") and slots and uuid:
+            slots[-1].append(uuid.group(1))
+    return [name for gpu in slots for name in (gpu[1:] or gpu[:1])]
+
+
+def gpu_devices() -> list[str]:
+    """The NVIDIA GPU slots on this node (parse_gpu_list of nvidia-smi -L), [] without a driver."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return 0
+        return []
     try:
         out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=True).stdout
     except (subprocess.SubprocessError, OSError):
-        return 0
-    return sum(line.startswith("GPU ") for line in out.splitlines())
+        return []
+    return parse_gpu_list(out)
+
+
+def count_gpus() -> int:
+    """The number of GPU slots on this node (a GPU, or each MIG instance of one), 0 without a driver."""
+    return len(gpu_devices())
 
 
 def read_settings(env: dict[str, str]) -> tuple[str, int | None, int | None]:
@@ -71,7 +94,7 @@ def read_settings(env: dict[str, str]) -> tuple[str, int | None, int | None]:
 
 def learner_environment(
     mode: str, gpus: int, gpu: int | None = None, engines: int | None = None, cores: int = 1,
-    learners: int | None = None,
+    learners: int | None = None, devices: list[str] | None = None,
 ) -> dict[str, str]:
     """The DPLAB_* variables (and CUDA_VISIBLE_DEVICES) for one learner's server.
 
@@ -79,15 +102,20 @@ def learner_environment(
     the mode's default); learners: how many share the node at once (in mode 'own', one per GPU),
     so that all their engines' torch threads together fill the `cores` without oversubscribing
     them; None leaves the threads to dplab, which shares the cores among one learner's engines.
+    devices: the slots' names (gpu_devices()); without them a GPU is named by its index, in
+    nvidia-smi's order (CUDA_DEVICE_ORDER=PCI_BUS_ID, which every learner with GPUs gets).
     """
     if mode not in MODES:
         raise HubPolicyError(f"unknown mode {mode!r}: use 'own' or 'shared'")
-    extra = {}
+    extra = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if gpus else {}
+    if devices is not None and len(devices) != gpus:
+        raise HubPolicyError(f"{len(devices)} device names for {gpus} GPUs")
     if mode == "own" and gpus:
         if gpu is None or not 0 <= gpu < gpus:
             raise HubPolicyError(f"mode 'own' needs the learner's GPU, 0..{gpus - 1}, got {gpu!r}")
         # The learner's server sees its own GPU only; the node takes one learner per GPU.
-        p, visible, learners, extra = engines or 1, 1, gpus, {"CUDA_VISIBLE_DEVICES": str(gpu)}
+        p, visible, learners = engines or 1, 1, gpus
+        extra["CUDA_VISIBLE_DEVICES"] = devices[gpu] if devices else str(gpu)
     else:
         p, visible = engines or DEFAULT_ENGINES, gpus
     # NCCL needs a GPU per rank: more engines than the learner's one GPU, or GPUs shared with other
@@ -131,13 +159,14 @@ def server_key(spawner) -> str:
     return f"{spawner.user.name}/{spawner.name}"
 
 
-def make_hooks(mode: str, gpus: int, engines: int | None, learners: int | None, cores: int):
+def make_hooks(mode: str, gpus: int, engines: int | None, learners: int | None, cores: int,
+               devices: list[str] | None = None):
     """The spawner's pre_spawn_hook (sets its environment) and post_stop_hook (frees its GPU)."""
     slots = GpuSlots(gpus)
 
     def pre_spawn_hook(spawner) -> None:
         gpu = slots.take(server_key(spawner)) if mode == "own" and gpus else None
-        policy = learner_environment(mode, gpus, gpu, engines, cores, learners)
+        policy = learner_environment(mode, gpus, gpu, engines, cores, learners, devices)
         spawner.environment = {**spawner.environment, **policy}
         spawner.log.info("dplab: %s gets %s", server_key(spawner), policy)
 
@@ -150,8 +179,9 @@ def make_hooks(mode: str, gpus: int, engines: int | None, learners: int | None, 
 if "get_config" in globals():  # loaded by JupyterHub (traitlets), not imported by a test
     c = get_config()  # noqa: F821
     _mode, _engines, _learners = read_settings(dict(os.environ))
+    _devices = gpu_devices()
     c.Spawner.pre_spawn_hook, c.Spawner.post_stop_hook = make_hooks(
-        _mode, count_gpus(), _engines, _learners, os.cpu_count() or 1
+        _mode, len(_devices), _engines, _learners, os.cpu_count() or 1, _devices
     )
     c.Spawner.default_url = "/lab"
     # One Unix account per learner (PAM and the local spawner, JupyterHub's defaults), or one

@@ -11,8 +11,8 @@ hub = load_sample()
 
 def test_own_gpu_with_one_engine_runs_nccl_on_that_gpu():
     env = hub.learner_environment("own", gpus=8, gpu=5, cores=64)
-    assert env == {"CUDA_VISIBLE_DEVICES": "5", "DPLAB_ENGINES": "1", "DPLAB_BACKEND": "nccl",
-                   "DPLAB_DEVICE": "cuda", "DPLAB_THREADS": str(64 // 8)}
+    assert env == {"CUDA_VISIBLE_DEVICES": "5", "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "DPLAB_ENGINES": "1",
+                   "DPLAB_BACKEND": "nccl", "DPLAB_DEVICE": "cuda", "DPLAB_THREADS": str(64 // 8)}
 
 
 def test_own_gpu_with_more_engines_shares_it_on_gloo_because_nccl_needs_a_gpu_per_rank():
@@ -29,7 +29,8 @@ def test_own_mode_refuses_a_gpu_the_node_does_not_have():
 def test_shared_gpus_give_every_learner_gloo_engines_on_all_gpus():
     env = hub.learner_environment("shared", gpus=2, engines=4, cores=16, learners=4)
     assert "CUDA_VISIBLE_DEVICES" not in env
-    assert env == {"DPLAB_ENGINES": "4", "DPLAB_BACKEND": "gloo", "DPLAB_DEVICE": "cuda", "DPLAB_THREADS": "1"}
+    assert env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "DPLAB_ENGINES": "4", "DPLAB_BACKEND": "gloo",
+                   "DPLAB_DEVICE": "cuda", "DPLAB_THREADS": "1"}
     assert hub.learner_environment("shared", gpus=2)["DPLAB_ENGINES"] == str(hub.DEFAULT_ENGINES)
 
 
@@ -92,3 +93,18 @@ def test_jupyterhub_loading_the_file_gets_the_hooks_and_jupyterlab(monkeypatch):
     config.Spawner.pre_spawn_hook(spawner)
     assert spawner.environment["DPLAB_ENGINES"] == "3"  # this box: no GPU, so CPU engines
     assert config.Spawner.default_url == "/lab"
+
+
+SMI_L = """GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-aaaa)
+  MIG 3g.20gb     Device  0: (UUID: MIG-a0)
+  MIG 3g.20gb     Device  1: (UUID: MIG-a1)
+GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-bbbb)
+"""
+
+
+def test_mig_instances_are_slots_of_their_own_named_by_uuid():
+    devices = hub.parse_gpu_list(SMI_L)
+    assert devices == ["MIG-a0", "MIG-a1", "GPU-bbbb"]
+    env = hub.learner_environment("own", gpus=len(devices), gpu=1, devices=devices)
+    assert (env["CUDA_VISIBLE_DEVICES"], env["CUDA_DEVICE_ORDER"]) == ("MIG-a1", "PCI_BUS_ID")
+    assert hub.parse_gpu_list("GPU 0: Tesla T4\nGPU 1: Tesla T4\n") == ["0", "1"]
