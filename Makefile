@@ -52,12 +52,14 @@ OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 D
 test-kit: setup
 	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/browser --ignore=tests/hub tests
 
+# The stored outputs are the CPU's ("device cpu", bf16 autocast, ...): on a GPU machine the nbval
+# passes still run on the CPU, and `make test-gpu` checks the GPU.
 test-labs: setup
-	$(UNSET_DPLAB) $(NBVAL) labs
+	$(UNSET_DPLAB) DPLAB_DEVICE=cpu $(NBVAL) labs
 
 # The same stored outputs must pass on the simulated other CPU.
 test-labs-other-cpu: setup
-	$(UNSET_DPLAB) $(OTHER_CPU) $(NBVAL) labs
+	$(UNSET_DPLAB) DPLAB_DEVICE=cpu $(OTHER_CPU) $(NBVAL) labs
 
 # Every lab at p = 1 and p = 3, asserts only (stored outputs are those of p = 4).
 test-any-p: venv

@@ -25,3 +25,9 @@ def test_lab_runs_need_only_the_python_venv(target, tmp_path):
 
 def test_the_book_still_installs_mathjax(tmp_path):
     assert "npm install" in dry_run("book", tmp_path)
+
+
+@pytest.mark.parametrize("target", ["test-labs", "test-labs-other-cpu"])
+def test_nbval_passes_run_on_the_cpu_whatever_the_machine_has(target, tmp_path):
+    nbval = next(line for line in dry_run(target, tmp_path).splitlines() if "--nbval" in line)
+    assert "DPLAB_DEVICE=cpu" in nbval, "on a GPU machine the labs would pick CUDA and print other outputs"
