@@ -89,6 +89,19 @@ def _gpu_for(rank: int, local_rank: int, backend: str) -> tuple[int | None, str 
     return local_rank % n_gpus, None
 
 
+def backend_environment(backend: str) -> dict[str, str]:
+    """Variables the backend reads when its process group is made.
+
+    NCCL: TORCH_NCCL_BLOCKING_WAIT=1, so that a collective blocks this rank's Python thread
+    until it completes or times out (torch 2.13's distributed_c10d docs: "When
+    TORCH_NCCL_BLOCKING_WAIT is set, the process will block and wait for this timeout").
+    Without it the call returns at once and the rank spins later, at `.item()` or a
+    synchronize, where the stuck-rank watch cannot tell it from work; only NCCL's watchdog
+    then ends it, after the timeout, by killing the process.
+    """
+    return {"TORCH_NCCL_BLOCKING_WAIT": "1"} if backend == "nccl" else {}
+
+
 def setup(settings: Settings, stacks: str | None = None) -> RankInfo:
     """Join every MPI rank in one torch process group, as `settings` say.
 
@@ -154,6 +167,7 @@ def setup(settings: Settings, stacks: str | None = None) -> RankInfo:
     os.environ.update(
         MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local_rank)
     )
+    os.environ.update(backend_environment(s.backend))  # read when the process group is made
     kwargs = {"device_id": dev} if s.backend == "nccl" else {}
     # On NCCL the timeout arms the watchdog, which ends a rank whose collective never completes.
     collective_timeout = timedelta(seconds=s.timeout or TIMEOUT_S)
