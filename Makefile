@@ -68,7 +68,7 @@ test-any-p: venv
 # Every lab on a GPU, asserts only: NCCL with one engine per GPU, and 4 engines sharing GPU 0 on gloo.
 # With no GPU it says so and exits non-zero before starting anything.
 test-gpu: venv
-	$(UNSET_DPLAB) $(BIN)/python tools/run_labs.py --gpu
+	$(UNSET_DPLAB) $(BIN)/python tools/run_labs.py --gpu --parallel --timeout 540
 
 # A private SLURM cluster of 2 nodes on this machine (tools/slurm/start.sh), the tests in
 # tests/slurm on it (the SLURM launch recipes, engines across nodes, Lab 0 on them), then its

@@ -2,9 +2,11 @@
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
+import psutil
 
 from conftest import descendants, wait_until_gone
 
@@ -55,3 +57,26 @@ def test_table_names_the_failing_cell_and_passes_the_setting(tmp_path):
 def test_badly_written_setting_is_refused():
     out = run("--setting", "p=3")
     assert out.returncode != 0 and "NAME:VAR=VALUE" in out.stderr
+
+
+def test_parallel_settings_run_at_once_and_a_setting_past_the_limit_is_killed_whole(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import os, subprocess, time\n"
+        "child = subprocess.Popen(['sleep', '600'])  # a process the lab started\n"
+        "time.sleep(600 if os.environ['WHICH'] == 'slow' else 0)\n"
+        "child.kill()")]
+    path = tmp_path / "sleepy.ipynb"
+    nbformat.write(nb, path)
+    before = descendants()
+    t0 = time.monotonic()
+    out = run("--parallel", "--timeout", "20", "--setting", "quick:WHICH=quick", "--setting", "slow:WHICH=slow",
+              str(path))
+    took = time.monotonic() - t0
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "sleepy.ipynb [quick]: ok" in out.stdout
+    assert "sleepy.ipynb [slow]: FAIL: not finished within the 20 s limit" in out.stdout
+    assert took < 20 + 15, f"the limit did not hold: {took:.0f} s"
+    assert wait_until_gone(descendants() - before, timeout=5) == set()
+    sleepers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "600"]]
+    assert sleepers == [], "the slow setting's processes outlived it"

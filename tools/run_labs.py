@@ -3,6 +3,7 @@
     python tools/run_labs.py --any-p          # p = 1 and p = 3 on this machine (make test-any-p)
     python tools/run_labs.py --gpu            # NCCL, one engine per GPU; 4 engines sharing GPU 0 on gloo
     python tools/run_labs.py --setting NAME:VAR=VALUE,VAR=VALUE [labs/01_single_device.ipynb ...]
+    python tools/run_labs.py --gpu --parallel --timeout 540   # settings at once, each bounded (make test-gpu)
 
 Outputs are not compared and the notebooks are not written back: a lab passes when every cell
 runs and every assert holds. After each lab, no process that it started may still be running.
@@ -10,7 +11,10 @@ runs and every assert holds. After each lab, no process that it started may stil
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -147,13 +151,55 @@ def describe_failure(nb, error: Exception) -> str:
     return f"FAIL: {type(error).__name__}: {str(error).strip().splitlines()[-1][:160]}"
 
 
+def run_in_parallel(labs: list[Path], settings: dict[str, dict[str, str]], timeout: float | None):
+    """Each setting in a process of its own (this script, one setting), all at once; a setting
+    still running after `timeout` s is killed, whole, and its unfinished labs say so."""
+    procs = {}
+    for name, env in settings.items():
+        cmd = [sys.executable, __file__, "--settings-json", json.dumps({name: env}), *map(str, labs)]
+        procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                       start_new_session=True)
+    t0 = time.monotonic()
+    results = {}
+    for name, proc in procs.items():
+        left = None if timeout is None else max(1.0, timeout - (time.monotonic() - t0))
+        timed_out = False
+        try:
+            out, _ = proc.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            # The whole tree: the kernels nbclient starts have sessions of their own.
+            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            for p in tree:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            psutil.wait_procs(tree, timeout=10)
+            out, _ = proc.communicate()
+        for line in out.splitlines():
+            m = re.match(r"^(\S+\.ipynb) \[(.+)\]: (.*)$", line)
+            if m and m.group(2) == name:
+                results[m.group(1), name] = m.group(3)
+                print(line, flush=True)
+        for lab in labs:
+            if (lab.name, name) not in results:
+                results[lab.name, name] = (f"FAIL: not finished within the {timeout:g} s limit" if timed_out
+                                           else "FAIL: its run stopped early")
+                print(f"{lab.name} [{name}]: {results[lab.name, name]}", flush=True)
+    return results
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("labs", nargs="*", type=Path, help="notebooks (default: labs/*.ipynb)")
     ap.add_argument("--any-p", action="store_true", help="run at p = 1 and p = 3")
     ap.add_argument("--gpu", action="store_true", help="run the two GPU settings")
     ap.add_argument("--setting", action="append", default=[], help="NAME:VAR=VALUE,... (repeatable)")
+    ap.add_argument("--parallel", action="store_true", help="run the settings at once, one process each")
+    ap.add_argument("--timeout", type=float, help="with --parallel: seconds before a setting is killed")
+    ap.add_argument("--settings-json", help=argparse.SUPPRESS)  # one setting, from --parallel
     args = ap.parse_args()
+    if args.timeout is not None and (args.timeout <= 0 or not args.parallel):
+        ap.error("--timeout takes seconds > 0, with --parallel")
 
     settings: dict[str, dict[str, str]] = {}
     if args.gpu:
@@ -161,6 +207,8 @@ def main() -> int:
     if args.any_p:
         settings.update(ANY_P)
     settings.update(parse_setting(s) for s in args.setting)
+    if args.settings_json:
+        settings.update(json.loads(args.settings_json))
     if not settings:
         ap.error("name at least one of --any-p, --gpu, --setting")
     labs = args.labs or sorted((ROOT / "labs").glob("*.ipynb"))
@@ -169,10 +217,13 @@ def main() -> int:
         ap.error(f"no such notebook: {', '.join(missing)}")
 
     results = {}
-    for lab in labs:
-        for name, env in settings.items():
-            results[lab.name, name] = run_lab(lab.resolve(), env)
-            print(f"{lab.name} [{name}]: {results[lab.name, name]}", flush=True)
+    if args.parallel and len(settings) > 1:
+        results = run_in_parallel([lab.resolve() for lab in labs], settings, args.timeout)
+    else:
+        for lab in labs:
+            for name, env in settings.items():
+                results[lab.name, name] = run_lab(lab.resolve(), env)
+                print(f"{lab.name} [{name}]: {results[lab.name, name]}", flush=True)
 
     width = max(len(lab.name) for lab in labs)
     cols = {name: max(len(name), *(len(results[lab.name, name]) for lab in labs)) for name in settings}
