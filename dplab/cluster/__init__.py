@@ -8,6 +8,7 @@
     watch      ranks stuck after another failed: WatchedView, StuckRanksError
     ipp        the private ipyparallel internals the watch needs, in one place
     processes  the cluster's processes: polite shutdown, reaping, files left behind
+    guard      the guardian: ends a dead kernel's cluster (processes, SLURM job, files)
     network    ports and network interfaces (loopback on one node)
     jobs       MPI jobs from Python: run_job, and main(), a benchmark's entry point
     torchrun   torchrun from a notebook, bounded (TorchrunJob)

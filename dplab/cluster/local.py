@@ -3,13 +3,13 @@
 `start(settings)` is what `dplab.start_cluster()` runs for launcher "mpiexec" (the default).
 `Cluster` is the handle the labs hold; the SLURM launcher (`dplab.cluster.slurm`) is a
 subclass of it. Where each rank waits when a cell cannot finish is the watch's business
-(`dplab.cluster.watch`); the processes' bookkeeping is `dplab.cluster.processes`'.
+(`dplab.cluster.watch`); the processes' bookkeeping is `dplab.cluster.processes`'. Each cluster
+has a guardian (`dplab.cluster.guard`) that ends it if the kernel dies without stopping it.
 """
 from __future__ import annotations
 
 import atexit
 import os
-import shutil
 import signal
 import socket
 import tempfile
@@ -17,9 +17,10 @@ import time
 
 from . import engine, ipp
 from .errors import ClusterError
+from .guard import Guard
 from .network import loopback_interface, mpi_environment
-from .processes import (files_held_open, find_mpiexec, is_engine, own_cluster_processes, reap,
-                        shut_down_politely, unlink)
+from .processes import (find_mpiexec, is_engine, left_behind, own_cluster_processes, reap, remove,
+                        shut_down_politely)
 from .settings import Settings
 from .watch import WatchedView
 
@@ -57,6 +58,7 @@ class Cluster:
         self.port: int | None = settings.port  # the rendezvous port actually used, once joined
         self._stacks: str | None = None  # folder where ranks dump their stacks (dplab.cluster.watch)
         self._leftovers: set[str] = set()  # files the engines leave behind when killed
+        self._guard: Guard | None = None  # ends the cluster if this process dies without stopping it
 
     # -- life cycle ---------------------------------------------------------
     def start(self) -> "Cluster":
@@ -64,6 +66,7 @@ class Cluster:
         self.mpiexec = find_mpiexec()  # before anything starts
         os.environ["PATH"] = os.pathsep.join([os.path.dirname(self.mpiexec), os.environ.get("PATH", "")])
         self._cluster = self._ipp_cluster()
+        self._guard = Guard(self.cluster_id, job_name=self._job_name())  # before any process starts
         atexit.register(self.stop)
         try:
             t0 = time.perf_counter()
@@ -73,14 +76,13 @@ class Cluster:
             self.view = WatchedView(self, self.client, targets=sorted(self.client.ids))
             self.view.block = True
             self.engines_seconds = time.perf_counter() - t0
-            procs = own_cluster_processes(self.cluster_id)
-            self._leftovers = files_held_open(procs)
-            self._leftovers.update(os.path.join(tempfile.gettempdir(), f"ipykernel_{p.pid}")
-                                   for p in procs if is_engine(p))
+            self._leftovers = left_behind(own_cluster_processes(self.cluster_id))
             # ipyparallel's record of the engines, which it never removes
             self._leftovers.add(os.path.join(self._cluster.profile_dir, "log", f"engines{self.cluster_id}.json"))
             if self.init_torch:
                 self._init_ranks()
+            self._guard.remove_later(self._files())
+            self._guard.wait_ready()
             self.start_seconds = time.perf_counter() - t0
             self._activate_magics()
         except BaseException:
@@ -107,6 +109,17 @@ class Cluster:
             config=cfg,
             shutdown_atexit=False,  # our own atexit hook stops engines before the controller
         )
+
+    def _job_name(self) -> str | None:
+        """The name of the batch job that holds the engines, for the guardian to cancel; None here."""
+        return None
+
+    def _files(self) -> set[str]:
+        """Every file the cluster leaves when its processes are killed: ours (`_remove_leftovers`),
+        and ipyparallel's (its record of the cluster, the launchers' logs), which it removes on stop."""
+        c = self._cluster
+        logs = [getattr(launcher, "output_file", None) for launcher in [c.controller, *c.engines.values()]]
+        return {*self._leftovers, self._stacks, c.cluster_file, *logs} - {None, ""}
 
     def _wait_for_engines(self) -> None:
         """Wait until all p engines have connected."""
@@ -176,6 +189,9 @@ class Cluster:
                 pass
         reap(procs, timeout=2)
         self._remove_leftovers()
+        if self._guard is not None:  # last: until here, the kernel's death still ends the cluster
+            self._guard.dismiss()
+            self._guard = None
 
     def _leave_politely(self, client) -> bool:
         """Ask idle engines to leave the process group and exit (STOP_POLITE_S at most); True
@@ -186,10 +202,7 @@ class Cluster:
     def _remove_leftovers(self) -> None:
         """Files the cluster's processes leave when they do not exit on their own (MPICH's, and
         ipykernel's cell folders), ipyparallel's engine record, and the stack dumps."""
-        for path in self._leftovers:
-            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else unlink(path)
-        if self._stacks:
-            shutil.rmtree(self._stacks, ignore_errors=True)
+        remove(self._leftovers | ({self._stacks} if self._stacks else set()))
         self._leftovers, self._stacks = set(), None
 
     def restart(self) -> "Cluster":

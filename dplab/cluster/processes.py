@@ -1,7 +1,7 @@
 """The cluster's processes: find mpiexec and them, ask them to leave, reap them, remove what they leave.
 
-Used by both launchers (`dplab.cluster.local`, `dplab.cluster.slurm`) and by MPI jobs
-(`dplab.cluster.jobs`).
+Used by both launchers (`dplab.cluster.local`, `dplab.cluster.slurm`), by the guardian that ends
+a dead kernel's cluster (`dplab.cluster.guard`) and by MPI jobs (`dplab.cluster.jobs`).
 """
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import contextlib
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import time
 from typing import Callable
@@ -41,6 +42,21 @@ def own_cluster_processes(cluster_id: str) -> list:
         except psutil.Error:
             pass
     return found
+
+
+def cluster_processes(cluster_id: str) -> list:
+    """Every live process, whoever its parent, that ipyparallel launched for this cluster: they
+    carry its id in IPP_CLUSTER_ID. Another user's processes cannot be read, and are skipped."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get("IPP_CLUSTER_ID") == cluster_id:
+                found.append(proc)
+        except psutil.Error:
+            pass
+    return alive(found)
 
 
 def is_engine(proc) -> bool:
@@ -82,6 +98,18 @@ def reap(procs: list, timeout: float) -> None:
         time.sleep(0.02)
 
 
+def end(procs: list, grace: float) -> None:
+    """SIGTERM the processes, give them `grace` seconds to exit, then kill the rest (reap)."""
+    import psutil
+
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    reap(procs, timeout=grace)
+
+
 def files_held_open(procs: list) -> set[str]:
     """MPICH's files that its processes hold open and leave behind when killed: a shared-memory
     segment in /dev/shm and mpiexec's hwloc topology file in the temp folder."""
@@ -95,12 +123,25 @@ def files_held_open(procs: list) -> set[str]:
     return found
 
 
+def left_behind(procs: list) -> set[str]:
+    """What these processes leave when killed: MPICH's files (files_held_open) and each engine's
+    ipykernel folder in the temp folder."""
+    return files_held_open(procs) | {os.path.join(tempfile.gettempdir(), f"ipykernel_{p.pid}")
+                                     for p in procs if is_engine(p)}
+
+
 def unlink(path: str) -> None:
     """Remove a file if it is there."""
     try:
         os.unlink(path)
     except OSError:
         pass
+
+
+def remove(paths) -> None:
+    """Remove the files and folders that are there."""
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else unlink(path)
 
 
 @contextlib.contextmanager

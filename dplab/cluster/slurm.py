@@ -8,7 +8,8 @@ which (MPICH's Hydra, inside an allocation) starts its proxies on every node wit
 the ranks are ipyparallel engines that connect back to the controller in this process. The
 rest is as with the local launcher: `dplab.cluster.engine.setup` joins the ranks in one torch
 process group, and local_rank counts the ranks on each node. Stopping the cluster cancels
-the job (scancel) and waits until squeue no longer lists it.
+the job (scancel) and waits until squeue no longer lists it; if the kernel dies instead, its
+guardian (`dplab.cluster.guard`) cancels the job by its name.
 
 Its settings (`dplab.cluster.settings`): launcher, nodes, partition, and iface, the network
 interface the nodes share, required for more than one node: the controller, MPICH, the
@@ -33,9 +34,10 @@ COMMAND_TIMEOUT_S = 30  # for one sinfo, squeue or scancel
 GONE_TIMEOUT_S = 30  # for the job to leave squeue after scancel
 EXIT_TIMEOUT_S = 10  # for the engines to exit and end the job by themselves
 
+JOB_NAME = "dplab-engines-{cluster_id}"  # unique: the guardian cancels the job by its name
 BATCH_TEMPLATE = """#!/bin/sh
 #SBATCH --export=ALL
-#SBATCH --job-name=dplab-engines-{cluster_id}
+#SBATCH --job-name=""" + JOB_NAME + """
 #SBATCH --nodes={nodes}
 #SBATCH --ntasks={n}
 #SBATCH --output={output_file}
@@ -145,6 +147,12 @@ class SlurmCluster(Cluster):
         where = {"controller_ip": interface_address(s.iface)} if s.iface else {}
         return ipyparallel.Cluster(engines="slurm", n=s.p, log_level=40, controller_args=["--HeartMonitor.period=500"],
                            config=cfg, shutdown_atexit=False, **where)
+
+    def _job_name(self) -> str:
+        return JOB_NAME.format(cluster_id=self.cluster_id)
+
+    def _files(self) -> set[str]:
+        return super()._files() | {self._folder}
 
     def _wait_for_engines(self) -> None:
         """Wait for p engines, or fail early with the job's output if the job ended first."""

@@ -3,6 +3,7 @@ across nodes. Started by `make test-slurm`; skipped when no such cluster answers
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from dplab.cluster.network import loopback_interface  # noqa: E402
 
 IFACE = loopback_interface()
 SQUEUE = shutil.which("squeue") or "squeue"  # found before a test empties PATH
+LIMIT_S = 10  # issue 28: a dead kernel's cluster, job included, is gone within 10 s
 
 
 def _no_cluster_reason() -> str | None:
@@ -149,6 +151,35 @@ def test_engines_across_two_nodes_join_one_process_group_and_stop_with_their_job
     finally:
         cluster.stop()
     assert our_jobs() == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_dead_kernels_slurm_job_is_cancelled_and_its_processes_end(sig):
+    """A real kernel (jupyter_client) starts engines through SLURM and dies by `sig`, alone: within
+    LIMIT_S its job leaves squeue, and every process of its cluster (controller, the job's
+    mpiexec, proxies and engines on both nodes), its guardian and MPICH's files are gone."""
+    from kernels import Learner
+
+    learner = Learner(env=environment(PYTHONPATH=str(ROOT)))
+    try:
+        learner.start(f"dplab.start_cluster(2, launcher='slurm', nodes=2, iface={IFACE!r})")
+        name = f"dplab-engines-{learner.cluster_id}"
+        ((job, *rest),) = [line.split() for line in our_jobs()]
+        assert rest == [name, "RUNNING"]
+        os.kill(learner.kernel.pid, sig)
+        t0 = time.monotonic()
+        seconds = learner.gone_within(LIMIT_S)
+        while our_jobs() and time.monotonic() - t0 < LIMIT_S:
+            time.sleep(0.1)
+        assert our_jobs() == [] and job_processes() == []
+        # Cancelled, not merely ended by the guardian's kills on this host: on a real cluster
+        # most of the job runs on other nodes, out of its reach. slurmctld logs each scancel.
+        log = Path(os.environ["SLURM_CONF"]).with_name("log").joinpath("slurmctld.log").read_text()
+        assert f"REQUEST_KILL_JOB JobId={job} " in log
+        print(f"\nkernel killed by {signal.Signals(sig).name}: cluster gone {seconds:.1f} s, "
+              f"job {time.monotonic() - t0:.1f} s later")
+    finally:
+        learner.close()
 
 
 def test_lab_0_runs_unchanged_on_engines_started_through_slurm():
