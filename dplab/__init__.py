@@ -6,6 +6,6 @@ it (data, models, timing, plots, hardware, traffic, localcomm) are what the book
 from .cluster.errors import BackendError, ClusterError, PortInUseError
 from .cluster.local import Cluster
 from .cluster.start import start_cluster
-from .cluster.watch import StuckRanksError
+from .cluster.watch import RankDiedError, StuckRanksError
 
-__all__ = ["BackendError", "Cluster", "ClusterError", "PortInUseError", "StuckRanksError", "start_cluster"]
+__all__ = ["BackendError", "Cluster", "ClusterError", "PortInUseError", "RankDiedError", "StuckRanksError", "start_cluster"]

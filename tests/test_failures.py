@@ -2,6 +2,7 @@
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -26,6 +27,18 @@ def timed(fn):
     except Exception as e:
         return e, time.perf_counter() - t0
     return None, time.perf_counter() - t0
+
+
+def bounded(cluster, fn):
+    """timed(fn), with the cluster stopped after LIMIT_S s: a wait that the watch misses
+    returns then (stopping ends every task), and the test fails instead of hanging."""
+    timer = threading.Timer(LIMIT_S, cluster.stop)
+    timer.start()
+    try:
+        return timed(fn)
+    finally:
+        timer.cancel()
+        timer.join()
 
 
 ONE_RANK_RAISES_MPI = """\
@@ -90,6 +103,40 @@ def test_a_rank_error_is_described_by_type_message_and_cell_line():
           "      3 if rank == 1:\n\x1b[32m----> \x1b[39m\x1b[32m4\x1b[39m     raise ValueError('typo')\n")
     err = RemoteError("ValueError", "typo", tb)
     assert watch.describe_error(err) == "ValueError: typo (line 4 of the cell: raise ValueError('typo'))"
+
+
+def test_a_death_is_told_by_rank_cause_and_line_then_the_other_ranks():
+    settings = resolve(p=4)
+    exited = "dplab: os._exit(3)\n" + DUMP.replace("line 4 in <module>", "line 2 in <module>")
+    assert watch.how_it_died(exited) == "exit code 3" and watch.how_it_died("") is None
+    assert watch.how_it_died("Fatal Python error: Segmentation fault\n\n" + DUMP) == "killed by SIGSEGV"
+    assert watch.how_it_died("dplab: os.kill(SIGKILL)\n" + DUMP) == "killed by SIGKILL"
+    assert watch.how_it_died(DUMP) == "ended by SIGTERM"  # a dump with no cause: faulthandler's SIGTERM
+    died = watch.Where("running line 2 of the cell: os._exit(3)", False)
+    text = watch.death_message({1: ("exit code 3", died), 0: (None, None), 3: (None, None)}, {}, [2], {}, settings)
+    assert text.splitlines()[:3] == [
+        "rank 1 died (exit code 3) while running line 2 of the cell: os._exit(3)",
+        "ranks 0, 3 were then killed by mpiexec, which ends every rank of the job when one dies",
+        "rank 2 finished the cell."]
+    assert "cluster.restart()" in text
+    nobody = watch.death_message({0: (None, None), 1: (None, None)}, {}, [], {}, settings)
+    assert nobody.startswith("ranks 0, 1 died, and none wrote where: a SIGKILL from another process")
+
+
+@pytest.mark.parametrize("death, status, cause", [
+    ("os._exit(3)", 3, "dplab: os._exit(3)"),
+    ("os.kill(os.getpid(), signal.SIGKILL)", -9, "dplab: os.kill(SIGKILL)"),
+    ("ctypes.string_at(0)", -11, "Fatal Python error: Segmentation fault"),
+    ("os.kill(os.getpid(), signal.SIGTERM)", -15, ""),  # as a batch system cancels a job
+])
+def test_a_rank_writes_its_stacks_as_it_dies_and_still_ends_as_it_would(death, status, cause, tmp_path):
+    last = tmp_path / "rank0.last"
+    script = (f"import ctypes, os, signal\nfrom dplab.cluster import engine\n"
+              f"engine.dump_stacks_on_death({str(last)!r})\ndef cell():\n    {death}\ncell()\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == status, proc.stderr
+    text = last.read_text()
+    assert text.startswith(cause) and 'File "<string>", line 5 in cell' in text, text
 
 
 @pytest.mark.parametrize("name, value", [("DPLAB_TIMEOUT", "0"), ("DPLAB_TIMEOUT", "soon"),
@@ -162,11 +209,44 @@ def test_a_failed_rank_does_not_stop_ranks_that_are_still_working(leaves_nothing
         assert c.running and c.view.pull("done", targets=0) is True
 
 
-def test_a_dying_rank_still_fails_the_cell_at_once(leaves_nothing):
+@pytest.mark.parametrize("wait", ["get", "wait", "wait_interactive"])
+def test_every_way_of_waiting_raises_when_ranks_are_stuck(wait, leaves_nothing):
+    """ar.get(), ar.wait() and ar.wait_interactive() on a non-blocking cell; %%px is below."""
     with dplab.start_cluster(2) as c:
-        err, seconds = timed(lambda: c.view.execute("import os\nif rank == 1:\n    os._exit(3)\n"
-                                                    "from mpi4py import MPI\nMPI.COMM_WORLD.barrier()"))
-        assert isinstance(err, CompositeError) and seconds < 3, (err, seconds)
+        ar = c.view.execute(ONE_RANK_RAISES_MPI, block=False)
+        if wait == "wait":  # a wait with a timeout still returns False when the time is up
+            assert ar.wait(0.5) is False and c.running
+        err, seconds = bounded(c, getattr(ar, wait))
+        assert isinstance(err, dplab.StuckRanksError) and seconds < LIMIT_S, (err, seconds)
+        assert "rank 1 failed: ValueError: typo on one branch" in str(err)
+        assert "rank 0 was still running 3 s later, waiting in MPI at line 5 of the cell" in str(err)
+        assert not c.running
+        with pytest.raises(dplab.StuckRanksError) as again:  # and so does every later wait
+            ar.get()
+        assert again.value is err
+
+
+ONE_RANK_DIES = """\
+import os
+from mpi4py import MPI
+if rank == 1:
+    {death}
+MPI.COMM_WORLD.barrier()
+"""
+
+
+@pytest.mark.parametrize("death, how", [("os._exit(3)", "exit code 3"),
+                                        ("os.kill(os.getpid(), 9)", "killed by SIGKILL")])
+def test_a_dying_rank_is_named_with_how_it_ended_and_its_line(death, how, leaves_nothing):
+    with dplab.start_cluster(3) as c:
+        err, seconds = bounded(c, lambda: c.view.execute(ONE_RANK_DIES.format(death=death)))
+        assert isinstance(err, watch.RankDiedError) and seconds < LIMIT_S, (err, seconds)
+        text = str(err)
+        assert f"rank 1 died ({how}) while running line 4 of the cell: {death}" in text, text
+        assert "ranks 0, 2 were then killed by mpiexec, which ends every rank of the job when one dies" \
+               in text, text
+        assert "cluster.restart()" in text and not c.running
+        assert err.died[1] == how
 
 
 @pytest.mark.parametrize("cell", [
@@ -269,6 +349,14 @@ def test_px_cell_and_kernel_interrupt_return_within_limits(leaves_nothing):
         assert time.perf_counter() - t0 < LIMIT_S
         assert reply["ename"] == "StuckRanksError" and "waiting in MPI at line 5" in out
         assert "/" not in out.split("StuckRanksError")[1].replace("(gloo, cpu)", "")  # no client paths
+
+        # With a progress bar, %%px waits in wait() and then wait_interactive(), not in get().
+        reply, _ = _run(kc, "cluster.restart()", timeout=120)
+        assert reply["status"] == "ok"
+        t0 = time.perf_counter()
+        reply, out = _run(kc, "%%px --progress-after 0.5\n" + ONE_RANK_RAISES_MPI, timeout=60)
+        assert time.perf_counter() - t0 < LIMIT_S
+        assert reply["ename"] == "StuckRanksError" and "waiting in MPI at line 5" in out
 
         reply, _ = _run(kc, "cluster.restart()", timeout=120)
         assert reply["status"] == "ok"

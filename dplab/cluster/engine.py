@@ -110,7 +110,8 @@ def setup(settings: Settings, stacks: str | None = None) -> RankInfo:
     TORCH_DISTRIBUTED_DEBUG level), iface (the interface the nodes share, used only when the
     ranks span several nodes; on one node the rendezvous store, Gloo and NCCL listen on
     loopback only), mnist (for dplab.data on this rank). stacks: a folder where this rank
-    writes its Python stacks on SIGUSR1 (see `dump_stacks_on_signal`).
+    writes its Python stacks on SIGUSR1 and as it dies (see `dump_stacks_on_signal` and
+    `dump_stacks_on_death`).
     """
     from datetime import timedelta
 
@@ -123,6 +124,7 @@ def setup(settings: Settings, stacks: str | None = None) -> RankInfo:
     rank, size = comm.Get_rank(), comm.Get_size()
     if stacks is not None:
         dump_stacks_on_signal(stack_file(stacks, rank))
+        dump_stacks_on_death(last_stacks_file(stacks, rank))
     if s.debug is not None:  # torch reads it when it is imported: set it, then tell torch
         os.environ["TORCH_DISTRIBUTED_DEBUG"] = s.debug
         dist.set_debug_level_from_env()
@@ -203,3 +205,57 @@ def dump_stacks_on_signal(path: str) -> None:
     global _stack_log
     _stack_log = open(path, "a")  # append: the client reads what each dump adds
     faulthandler.register(signal.SIGUSR1, file=_stack_log, all_threads=True, chain=False)
+
+
+def last_stacks_file(folder: str, rank: int) -> str:
+    """Where rank `rank` writes its stacks as it dies."""
+    return os.path.join(folder, f"rank{rank}.last")
+
+
+_last_log = None  # kept open, as _stack_log is
+#: Signals that end a process that sends them to itself, and that faulthandler does not watch.
+_ENDS_BY_DEFAULT = ("SIGKILL", "SIGHUP", "SIGQUIT")
+
+
+def dump_stacks_on_death(path: str) -> None:
+    """Write every thread's Python stack to `path` as this process dies, so the client can say
+    which line of the cell a rank that died was running.
+
+    From faulthandler's signal handlers (they run even inside C code): on a fatal signal
+    (SIGSEGV; SIGABRT, which NCCL's watchdog raises; SIGFPE, SIGBUS, SIGILL) and on SIGTERM
+    (a batch system's cancel). From Python, just before the call: os._exit(), and os.kill() of
+    this process with a signal that ends it (seen by an audit hook). Nothing can see a SIGKILL
+    from another process: the out-of-memory killer's, or MPICH's mpiexec's, which kills every
+    other rank when one dies; the client then says so.
+    """
+    import faulthandler
+    import signal
+    import sys
+
+    global _last_log
+    if _last_log is not None:  # hooks are for life: set up once per process
+        return
+    _last_log = open(path, "w")
+    faulthandler.enable(file=_last_log, all_threads=True)
+    faulthandler.register(signal.SIGTERM, file=_last_log, all_threads=True, chain=True)
+    me = os.getpid()
+    ends = {getattr(signal, name) for name in _ENDS_BY_DEFAULT}
+
+    def dump(cause: str) -> None:
+        if os.getpid() == me:  # not in a forked child (a DataLoader worker, say)
+            _last_log.write(f"dplab: {cause}\n")
+            _last_log.flush()
+            faulthandler.dump_traceback(file=_last_log, all_threads=True)
+
+    def on_audit(event: str, args: tuple) -> None:
+        if event == "os.kill" and args[0] in (me, 0) and args[1] in ends:
+            dump(f"os.kill({signal.Signals(args[1]).name})")
+
+    real_exit = os._exit
+
+    def exit_and_say_where(code):
+        dump(f"os._exit({code})")
+        real_exit(code)
+
+    sys.addaudithook(on_audit)
+    os._exit = exit_and_say_where

@@ -1,13 +1,22 @@
-"""When some ranks of a parallel cell fail and the others wait for them forever.
+"""When some ranks of a parallel cell fail, or die, and the others wait for them forever.
 
 A rank that raises before a collective leaves the other ranks blocked inside MPI or
 torch.distributed, in C code that no KeyboardInterrupt reaches. `WatchedView` is the
-cluster's view (and so what ``%%px`` uses): its results watch the ranks while the client
-waits. When a rank has failed (or finished) and the ranks still running are waiting in a
+cluster's view (and so what ``%%px`` uses): its results watch the ranks whichever way the
+client waits, ``get()``, ``wait()``, ``wait_interactive()`` or ``%%px`` (which waits in one of
+them). When a rank has failed (or finished) and the ranks still running are waiting in a
 communication call `stuck_after` seconds later, the cluster reads where they are (their
 Python stacks, dumped by faulthandler on SIGUSR1), stops itself, and raises
-`StuckRanksError`, which names both. An interrupt (the notebook's stop button) first sends
-SIGINT to the ranks; those it cannot release are handled the same way.
+`StuckRanksError`, which names both. `wait()` raises it too, rather than return: the error
+holds the diagnosis; a wait whose timeout ends first still returns False. An interrupt
+(the notebook's stop button) first sends SIGINT to the ranks; those it cannot release are
+handled the same way.
+
+A rank whose process dies (it exits, or a signal kills it) ends the MPI job: mpiexec kills
+the other ranks. The watch then raises `RankDiedError` (a `StuckRanksError`): the rank that
+died, how (its exit code or signal) and the line of the cell it was running, all of which
+the rank wrote as it died (`dplab.cluster.engine.dump_stacks_on_death`), then what became of
+the other ranks.
 """
 from __future__ import annotations
 
@@ -18,11 +27,13 @@ from dataclasses import dataclass
 
 from ipyparallel.client.asyncresult import AsyncResult
 
-from . import ipp
+from . import engine, ipp
 from .errors import ClusterError
 
 #: Seconds an interrupted rank gets to return before the cluster is stopped.
 INTERRUPT_GRACE_S = 2.0
+#: Seconds, after a rank died, for mpiexec to end the other ranks (MPICH ends them all at once).
+DEATH_GRACE_S = 1.0
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CELL_FILE = re.compile(r"ipykernel_\d+[/\\]\d+\.py$")
@@ -50,6 +61,15 @@ class StuckRanksError(RuntimeError):
     def _render_traceback_(self) -> list[str]:
         """What IPython shows: the message alone, since the client-side stack says nothing useful."""
         return [f"{type(self).__name__}: {self}"]
+
+
+class RankDiedError(StuckRanksError):
+    """A rank's process died (it exited, or a signal killed it) while running a task; the
+    cluster was stopped."""
+
+    def __init__(self, message: str, failed: dict, stuck: dict, died: dict):
+        super().__init__(message, failed, stuck)
+        self.died = died  # rank -> how it died ("exit code 3", "killed by SIGKILL"); None: unknown
 
 
 @dataclass(frozen=True)
@@ -167,13 +187,77 @@ def stuck_message(failed: dict, finished: list, stuck: dict, seconds: float, int
     for text, ranks in sorted(groups.items(), key=lambda kv: min(kv[1])):
         verb = "did not return" if interrupted else "was still running" if len(ranks) == 1 else "were still running"
         lines.append(f"{_ranks(ranks)} {verb} {seconds:g} s later, {text}")
-    s = settings
-    lines += [
-        "The cluster was stopped: a rank blocked in MPI or a collective cannot be interrupted.",
-        f"Run cluster.restart() to start {s.p} engines again ({s.backend}, {s.device}), "
-        "then re-run the set-up cells (imports, data, model).",
-    ]
-    return "\n".join(lines)
+    lines.append("The cluster was stopped: a rank blocked in MPI or a collective cannot be interrupted.")
+    return "\n".join(lines + [_restart(settings)])
+
+
+def _restart(s) -> str:
+    return (f"Run cluster.restart() to start {s.p} engines again ({s.backend}, {s.device}), "
+            "then re-run the set-up cells (imports, data, model).")
+
+
+def death_message(gone: dict, failed: dict, finished: list, running: dict, settings) -> str:
+    """The error text when ranks died: who died, how and where; then the other ranks.
+
+    gone: rank -> (how it died, Where it was), each None when it wrote no stacks as it died
+    (see how_it_died), for every rank that died; running: rank -> Where, for ranks still running.
+    """
+    lines = []
+    first = [r for r, (how, _) in gone.items() if how and not how.startswith("ended by")]
+    for rank in sorted(first):
+        how, where = gone[rank]
+        lines.append(f"{_ranks([rank])} died ({how}) while {where.text}")
+    rest = sorted(set(gone) - set(first))
+    if rest and not any(how for how, _ in gone.values()):
+        lines.append(f"{_ranks(rest)} died, and none wrote where: a SIGKILL from another process (the "
+                     "out-of-memory killer's, say) leaves no trace, and mpiexec then kills the other ranks.")
+    elif rest:
+        groups: dict[str, list[int]] = {}
+        for rank in rest:
+            how, where = gone[rank]
+            text = (f"{how} while {where.text}" if how else
+                    "killed by mpiexec, which ends every rank of the job when one dies")
+            groups.setdefault(text, []).append(rank)
+        for text, ranks in groups.items():
+            lines.append(f"{_ranks(ranks)} {'was' if len(ranks) == 1 else 'were'} then {text}")
+    lines += [f"{_ranks([r])} failed: {why}" for r, why in sorted(failed.items())]
+    if finished:
+        lines.append(f"{_ranks(finished)} finished the cell.")
+    for rank, where in sorted(running.items()):
+        lines.append(f"{_ranks([rank])} was still running, {where.text}")
+    lines.append("The cluster was stopped: an MPI job cannot go on once one of its ranks has died.")
+    return "\n".join(lines + [_restart(settings)])
+
+
+#: faulthandler's names of the fatal signals it dumps stacks on.
+_FATAL = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Floating-point exception": "SIGFPE",
+          "Floating point exception": "SIGFPE", "Bus error": "SIGBUS", "Illegal instruction": "SIGILL"}
+
+
+def how_it_died(last: str) -> str | None:
+    """How a rank ended, from the stacks it wrote as it died: "exit code 3", "killed by
+    SIGKILL" (it sent that itself), "killed by SIGSEGV", "ended by SIGTERM"; None if it wrote none."""
+    first = last.split("\n", 1)[0]
+    if m := re.fullmatch(r"dplab: os\._exit\((-?\d+)\)", first):
+        return f"exit code {m.group(1)}"
+    if m := re.fullmatch(r"dplab: os\.kill\((\w+)\)", first):
+        return f"killed by {m.group(1)}"
+    if m := re.fullmatch(r"Fatal Python error: (.*)", first):
+        return f"killed by {_FATAL.get(m.group(1).strip(), m.group(1).strip())}"
+    return "ended by SIGTERM" if parse_stacks(last) else None
+
+
+def last_stacks(cluster, ranks: list[int]) -> dict[int, str]:
+    """rank -> the stacks it wrote as it died (dplab.cluster.engine.dump_stacks_on_death); "" if none."""
+    folder = getattr(cluster, "_stacks", None)  # the folder Cluster gave engine.setup
+    found = {}
+    for rank in ranks:
+        try:
+            with open(engine.last_stacks_file(folder, rank)) as f:
+                found[rank] = f.read()
+        except (OSError, TypeError):
+            found[rank] = ""
+    return found
 
 
 def _outcome(future):
@@ -187,65 +271,111 @@ def _outcome(future):
     return result if isinstance(result, BaseException) else True
 
 
+def _died(state) -> bool:
+    """The rank's process died while running the task (ipyparallel's EngineError)."""
+    return getattr(state, "ename", None) == "EngineError"
+
+
+def _deadline(timeout) -> float | None:
+    """ipyparallel's timeout (None or negative: forever) as a time.monotonic() deadline."""
+    return None if timeout is None or timeout < 0 else time.monotonic() + timeout
+
+
 class WatchedResult(AsyncResult):
-    """An AsyncResult whose blocking get() stops a cluster that can no longer finish the task."""
+    """An AsyncResult whose blocking waits (get, wait, wait_interactive) stop a cluster that can
+    no longer finish the task, and raise StuckRanksError, instead of waiting forever."""
 
     _dplab_cluster = None
     _dplab_code = None  # the cell, for execute
+    _dplab_look = None  # (when to read the stacks next, CPU seconds then), once some rank is done
+    _dplab_error = None  # the StuckRanksError raised while waiting; every later wait raises it again
 
     def get(self, timeout=None, return_exceptions=None, return_when=None):
+        if self._dplab_error is not None:
+            raise self._dplab_error
         if return_when is None and self._dplab_cluster is not None:
-            self._watch(None if timeout is None or timeout < 0 else time.monotonic() + timeout)
+            self._watch(_deadline(timeout))
             timeout = None if self.ready() else 0
         return super().get(timeout, return_exceptions, return_when)
+
+    def wait(self, timeout=-1, return_when=None):
+        """As AsyncResult.wait (True when done; False when `timeout` passed first), but a task
+        that can never finish raises StuckRanksError, having stopped the cluster.
+
+        Raising, rather than returning, is what every other way of waiting does: the error
+        holds the diagnosis, and returning True (the stopped cluster ends the task) would leave
+        the caller an EngineError per rank from get(). wait_interactive() and %%px wait here.
+        wait(0), which ready() calls, only looks: it does not wait, so it does not watch.
+        """
+        if return_when is None and timeout != 0 and self._dplab_cluster is not None:
+            if self._dplab_error is not None:
+                raise self._dplab_error
+            if self._watch(_deadline(timeout)):
+                raise KeyboardInterrupt  # the ranks were interrupted and returned: stop the caller too
+            timeout = 0
+        return super().wait(timeout, return_when)
 
     def states(self) -> dict:
         """rank -> None while running, True when it succeeded, else the exception it ended with."""
         return {t: _outcome(f) for t, f in zip(ipp.result_targets(self), ipp.result_children(self))}
 
-    def _watch(self, deadline: float | None) -> None:
-        """Wait until done or `deadline`; stop the cluster and raise if the task can never finish."""
+    def _watch(self, deadline: float | None) -> bool:
+        """Wait until done or `deadline`; stop the cluster and raise if the task can never
+        finish. True when an interrupt was passed on to the ranks and they returned."""
         cluster = self._dplab_cluster
-        settled_at, next_look, cpu = None, None, {}
-        while deadline is None or time.monotonic() < deadline:
+        while True:
             try:
-                if AsyncResult.wait(self, 0.1):
-                    return
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                done = AsyncResult.wait(self, 0.1 if left is None else min(0.1, left))
             except KeyboardInterrupt:
-                self._interrupt()
-                return
+                return self._interrupt()
             if cluster.client is not ipp.result_client(self):
+                if done:
+                    return False
                 raise ClusterError("the cluster this task ran on was stopped: run cluster.restart(), then "
                                    "re-run the set-up cells")
             states = self.states()
-            running = [t for t, s in states.items() if s is None]
-            failed = {t: describe_error(s) for t, s in states.items() if s not in (None, True)}
-            if len(running) == len(states):
-                continue  # nobody has finished: this may be long, honest work
-            now = time.monotonic()
-            if settled_at is None:
-                settled_at, next_look = now, now + cluster.settings.stuck_after
-                cpu = cluster.cpu_seconds(running)
-            if now < next_look:
-                continue
-            cpu_now = cluster.cpu_seconds(running)
-            wall = now - (next_look - cluster.settings.stuck_after)
-            idle = {r: r in cpu and r in cpu_now and cpu_now[r] - cpu[r] < 0.05 * wall for r in running}
-            where = self.where(running, idle)
-            # After a failure, a rank we cannot see into counts as stuck; after a success, it does not.
-            blocked = {r: w for r, w in where.items() if w.waiting or (failed and w.waiting is None)}
-            if blocked and all(r in blocked for r in running):
-                self._give_up(failed, where, cluster.settings.stuck_after, interrupted=False)
-            next_look, cpu = now + cluster.settings.stuck_after, cpu_now
+            if any(_died(s) for s in states.values()):
+                self._report_death()
+            if done:
+                return False
+            self._look_for_stuck(states)
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
 
-    def _interrupt(self) -> None:
-        """Send SIGINT to the running ranks; stop the cluster if they do not return."""
+    def _look_for_stuck(self, states: dict) -> None:
+        """Once some rank is done: every stuck_after seconds, read where the running ones are,
+        and give up if all of them wait on the others."""
+        cluster = self._dplab_cluster
+        stuck_after = cluster.settings.stuck_after
+        running = [t for t, s in states.items() if s is None]
+        failed = {t: describe_error(s) for t, s in states.items() if s not in (None, True)}
+        if len(running) == len(states):
+            return  # nobody has finished: this may be long, honest work
+        now = time.monotonic()
+        if self._dplab_look is None:
+            self._dplab_look = (now + stuck_after, cluster.cpu_seconds(running))
+        next_look, cpu = self._dplab_look
+        if now < next_look:
+            return
+        cpu_now = cluster.cpu_seconds(running)
+        wall = now - (next_look - stuck_after)
+        idle = {r: r in cpu and r in cpu_now and cpu_now[r] - cpu[r] < 0.05 * wall for r in running}
+        where = self.where(running, idle)
+        # After a failure, a rank we cannot see into counts as stuck; after a success, it does not.
+        blocked = {r: w for r, w in where.items() if w.waiting or (failed and w.waiting is None)}
+        if blocked and all(r in blocked for r in running):
+            self._give_up(failed, where, stuck_after, interrupted=False)
+        self._dplab_look = (now + stuck_after, cpu_now)
+
+    def _interrupt(self) -> bool:
+        """Send SIGINT to the running ranks; True when they return, else stop the cluster and raise."""
         cluster = self._dplab_cluster
         running = [t for t, s in self.states().items() if s is None]
         cluster.signal(running, "SIGINT")
         try:
             if AsyncResult.wait(self, INTERRUPT_GRACE_S):
-                return  # released: get() reports each rank's KeyboardInterrupt
+                return True  # released: get() reports each rank's KeyboardInterrupt
         except KeyboardInterrupt:
             pass  # a second press: stop at once
         states = self.states()
@@ -263,8 +393,31 @@ class WatchedResult(AsyncResult):
         cluster = self._dplab_cluster
         finished = [t for t, s in self.states().items() if s is True]
         message = stuck_message(failed, finished, where, seconds, interrupted, cluster.settings)
-        cluster.stop()
-        raise StuckRanksError(message, failed, where)
+        self._stop_and_raise(StuckRanksError(message, failed, where))
+
+    def _report_death(self):
+        """Some rank's process died: say which, how and where, and what the others were doing;
+        stop the cluster and raise RankDiedError."""
+        cluster = self._dplab_cluster
+        give_up_at = time.monotonic() + DEATH_GRACE_S  # mpiexec ends the other ranks at once
+        while None in (states := self.states()).values() and time.monotonic() < give_up_at:
+            time.sleep(0.1)
+        died = sorted(t for t, s in states.items() if _died(s))
+        last = last_stacks(cluster, died)
+        gone = {r: (how_it_died(last[r]), where_from_stacks(last[r], self._dplab_code) if last[r] else None)
+                for r in died}
+        running = [t for t, s in states.items() if s is None]
+        where = self.where(running) if running else {}
+        failed = {t: describe_error(s) for t, s in states.items() if s not in (None, True) and not _died(s)}
+        finished = [t for t, s in states.items() if s is True]
+        message = death_message(gone, failed, finished, where, cluster.settings)
+        failed.update({r: f"died ({gone[r][0]})" if gone[r][0] else "died" for r in died})
+        self._stop_and_raise(RankDiedError(message, failed, where, {r: gone[r][0] for r in died}))
+
+    def _stop_and_raise(self, error: StuckRanksError):
+        self._dplab_error = error
+        self._dplab_cluster.stop()
+        raise error
 
 
 class WatchedView(ipp.HookedView):
