@@ -77,19 +77,18 @@ def mpich_files(procs: list) -> set[str]:
     return found
 
 
-class Learner:
-    """A kernel started by jupyter_client and, once `start` ran, the cluster it started."""
+class Watched:
+    """A kernel's process and, once `record` ran, the cluster it started: what that cluster is
+    made of, and what is left of it after the kernel died."""
 
-    def __init__(self, env: dict[str, str] | None = None):
-        from jupyter_client.manager import start_new_kernel
-
-        self.km, self.kc = start_new_kernel(kernel_name="python3", **({"env": env} if env else {}))
-        self.kernel = psutil.Process(int(run(self.kc, "import os; print(os.getpid())")))
+    def __init__(self, kernel: psutil.Process):
+        self.kernel = kernel
         self.cluster_id, self.processes, self.files, self.guardians, self.profile = None, [], set(), [], None
 
-    def start(self, call: str, timeout: float = 180) -> None:
-        """Run `c = CALL` in the kernel (a dplab.start_cluster call) and record what it started."""
-        self.cluster_id = run(self.kc, f"import dplab\nc = {call}\nprint(c.cluster_id)", timeout).split()[-1]
+    def record(self, cluster_id: str) -> None:
+        """Record the running cluster `cluster_id` of this kernel: its processes, MPICH's files,
+        its guardian (a child of the kernel) and its ipyparallel profile."""
+        self.cluster_id = cluster_id
         self.processes = processes_of(self.cluster_id)
         assert self.processes, f"no process carries the cluster id {self.cluster_id}"
         self.files = mpich_files(self.processes)
@@ -116,6 +115,20 @@ class Learner:
             time.sleep(0.1)
         assert left == [], f"{limit} s after the kernel died, left: {left}"
         return time.monotonic() - t0
+
+
+class Learner(Watched):
+    """A kernel started by jupyter_client and, once `start` ran, the cluster it started."""
+
+    def __init__(self, env: dict[str, str] | None = None):
+        from jupyter_client.manager import start_new_kernel
+
+        self.km, self.kc = start_new_kernel(kernel_name="python3", **({"env": env} if env else {}))
+        super().__init__(psutil.Process(int(run(self.kc, "import os; print(os.getpid())"))))
+
+    def start(self, call: str, timeout: float = 180) -> None:
+        """Run `c = CALL` in the kernel (a dplab.start_cluster call) and record what it started."""
+        self.record(run(self.kc, f"import dplab\nc = {call}\nprint(c.cluster_id)", timeout).split()[-1])
 
     def close(self) -> None:
         """Shut the kernel down and kill whatever is left of its cluster, whatever happened."""

@@ -1,18 +1,27 @@
 """A learner's path: log in to JupyterHub in Chromium, open Lab 0 in JupyterLab, run all cells,
-and find every check's `ok` line and the engine count that the spawner's environment asked for."""
+and find every check's `ok` line and the engine count that the spawner's environment asked for.
+Then the same learner's kernel is killed (SIGKILL, as the OOM killer does) once its cluster has
+started: the cluster goes, the hub and the server stay, and after a restart the lab runs again."""
 import hashlib
 import json
+import os
 import re
+import signal
 import time
+import urllib.request
 
+import psutil
 from playwright.sync_api import sync_playwright
 
 from chromium import CHROMIUM, CHROMIUM_ARGS
-from hub_process import ENGINES, ROOT, STATE, STOP_S, command_lines, load_sample
+from hub_process import ENGINES, ROOT, STATE, STOP_S, command_lines, load_sample, marked_processes
+from kernels import Watched, running
 
 LAB = "labs/00_meet_your_workers.ipynb"
 RUN_S = 240  # the whole notebook, on a busy 2-core box
 STEP_MS = 60_000  # one page load, login, spawn or click
+DEAD_S = 10  # issue 28: a dead kernel's cluster is gone within 10 s
+CELLS = ".jp-NotebookPanel:visible .jp-Notebook .jp-Cell"
 
 
 def stored_ok_lines(path) -> dict[int, list[str]]:
@@ -30,7 +39,7 @@ def stored_ok_lines(path) -> dict[int, list[str]]:
 
 def cell_outputs(page, selector: str = ".jp-OutputArea-output") -> list[str]:
     """Every notebook cell's outputs matching `selector`, as text, in order, from the DOM."""
-    return page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-Cell").evaluate_all(
+    return page.locator(CELLS).evaluate_all(
         "(cells, sel) => cells.map(c => Array.from(c.querySelectorAll(sel)).map(o => o.innerText).join('\\n'))",
         selector)
 
@@ -51,67 +60,68 @@ def menu(page, top: str, command: str) -> None:
     page.locator(f".lm-Menu-item[data-command='{command}']").click()
 
 
-def test_lab0_runs_in_jupyterlab_through_the_hub_with_the_spawners_engines(hub):
-    url, user, password = hub.url, hub.user, hub.password
+def the_lab():
+    """(path, sha256 of the stored file, its `ok` line patterns by cell, its cells, the set-up cell's index)."""
     lab = ROOT / LAB
-    stored = hashlib.sha256(lab.read_bytes()).hexdigest()
     expected = stored_ok_lines(lab)
     assert len(expected) >= 5, f"{LAB} stores too few `ok` lines to check: {expected}"
     cells = json.loads(lab.read_text())["cells"]
-    n_cells = len(cells)
     setup_cell = next(i for i, c in enumerate(cells) if "dplab.start_cluster(" in "".join(c["source"]))
+    return lab, hashlib.sha256(lab.read_bytes()).hexdigest(), expected, cells, setup_cell
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
-        try:
-            page.set_default_timeout(STEP_MS)
-            page.goto(f"{url}/hub/login")
-            page.fill("#username_input", user)
-            page.fill("#password_input", password)
-            page.click("#login_submit")
-            page.wait_for_url(re.compile(rf"/user/{user}/lab"))  # the spawn went through
-            page.goto(f"{url}/user/{user}/lab/tree/{LAB}")
-            indicator = page.locator(".jp-NotebookPanel:visible .jp-Notebook-ExecutionIndicator")
-            page.wait_for_selector(".jp-NotebookPanel:visible .jp-Notebook-ExecutionIndicator[data-status='idle']")
 
-            # The stored outputs go first, so that every output checked below is this run's.
-            menu(page, "Edit", "editmenu:clear-all")
-            assert not any(cell_outputs(page)), "Clear Outputs of All Cells left outputs"
-            menu(page, "Run", "runmenu:run-all")
-            # Done: the kernel is idle again and the last cell, cluster.stop(), has its output (or a
-            # cell failed, and Run All stopped there).
-            page.wait_for_function(
-                "n => { const cells = document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell');"
-                " const busy = document.querySelector(\".jp-Notebook-ExecutionIndicator[data-status='busy']\");"
-                " const failed = document.querySelector(\"[data-mime-type='application/vnd.jupyter.stderr']\");"
-                " return cells.length === n && !busy && (failed || cells[n - 1].innerText.includes('<Cluster stopped')); }",
-                arg=n_cells, timeout=RUN_S * 1000, polling=1000)
-            assert indicator.get_attribute("data-status") == "idle"
-            page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-Cell").last.scroll_into_view_if_needed()
-            page.screenshot(path=str(STATE / "lab0.png"))
-            texts = cell_outputs(page)
-            # jupyterlab-myst renders the labs' MyST directives (exercises, dropdowns) in JupyterLab.
-            markdown = page.locator(".jp-NotebookPanel:visible .jp-MarkdownCell").all_inner_texts()
-            stdout = cell_outputs(page, "[data-mime-type='application/vnd.jupyter.stdout']")
-            stderr = cell_outputs(page, "[data-mime-type='application/vnd.jupyter.stderr']")
+def log_in_and_open_the_lab(page, hub) -> None:
+    page.set_default_timeout(STEP_MS)
+    page.goto(f"{hub.url}/hub/login")
+    page.fill("#username_input", hub.user)
+    page.fill("#password_input", hub.password)
+    page.click("#login_submit")
+    page.wait_for_url(re.compile(rf"/user/{hub.user}/lab"))  # the spawn went through
+    page.goto(f"{hub.url}/user/{hub.user}/lab/tree/{LAB}")
+    page.wait_for_selector(".jp-NotebookPanel:visible .jp-Notebook-ExecutionIndicator[data-status='idle']")
 
-            # Stop the kernel (Kernel > Shut Down Kernel), then the server (the hub's home page).
-            menu(page, "Kernel", "kernelmenu:shutdown")
-            assert not wait_gone(hub.mark, "ipykernel", STEP_MS / 1000), "the kernel outlived Shut Down Kernel"
-            page.goto(f"{url}/hub/home")
-            page.click("#stop")
-            page.wait_for_selector("#stop", state="hidden")
-        except Exception:
-            page.screenshot(path=str(STATE / "failure.png"))  # what the browser showed
-            raise
-        finally:
-            browser.close()
 
-    raw = [t for t in markdown if re.search(r"^(:::|```)\{", t, re.M)]
-    assert len(markdown) == sum(c["cell_type"] == "markdown" for c in cells), len(markdown)
-    assert not raw, f"markdown cells show raw MyST directives (is jupyterlab-myst installed?): {raw}"
-    assert len(texts) == n_cells, f"the DOM shows {len(texts)} cells, the lab has {n_cells}"
+def clear_outputs(page) -> None:
+    """The stored outputs go first, so that every output checked afterwards is this run's."""
+    menu(page, "Edit", "editmenu:clear-all")
+    assert not any(cell_outputs(page)), "Clear Outputs of All Cells left outputs"
+
+
+def wait_for_the_end(page, n_cells: int) -> dict[str, list[str]]:
+    """Wait (bounded) until the kernel is idle again and the last cell, cluster.stop(), has its
+    output (or a cell failed, and the run stopped there); what the page shows, by kind."""
+    page.wait_for_function(
+        "n => { const cells = document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell');"
+        " const busy = document.querySelector(\".jp-Notebook-ExecutionIndicator[data-status='busy']\");"
+        " const failed = document.querySelector(\"[data-mime-type='application/vnd.jupyter.stderr']\");"
+        " return cells.length === n && !busy && (failed || cells[n - 1].innerText.includes('<Cluster stopped')); }",
+        arg=n_cells, timeout=RUN_S * 1000, polling=1000)
+    indicator = page.locator(".jp-NotebookPanel:visible .jp-Notebook-ExecutionIndicator")
+    assert indicator.get_attribute("data-status") == "idle"
+    page.locator(CELLS).last.scroll_into_view_if_needed()
+    return {
+        "texts": cell_outputs(page),
+        # jupyterlab-myst renders the labs' MyST directives (exercises, dropdowns) in JupyterLab.
+        "markdown": page.locator(".jp-NotebookPanel:visible .jp-MarkdownCell").all_inner_texts(),
+        "stdout": cell_outputs(page, "[data-mime-type='application/vnd.jupyter.stdout']"),
+        "stderr": cell_outputs(page, "[data-mime-type='application/vnd.jupyter.stderr']"),
+    }
+
+
+def shut_down_kernel_and_server(page, hub) -> None:
+    """Kernel > Shut Down Kernel, then Stop My Server on the hub's home page."""
+    menu(page, "Kernel", "kernelmenu:shutdown")
+    assert not wait_gone(hub.mark, "ipykernel", STEP_MS / 1000), "the kernel outlived Shut Down Kernel"
+    page.goto(f"{hub.url}/hub/home")
+    page.click("#stop")
+    page.wait_for_selector("#stop", state="hidden")
+
+
+def assert_the_lab_ran(run: dict[str, list[str]], expected, cells, setup_cell) -> None:
+    """Every cell shows its output, nothing went to stderr, the set-up cell started the engines
+    that the spawner's environment asked for, and every stored `ok` line is there."""
+    texts, stdout, stderr = run["texts"], run["stdout"], run["stderr"]
+    assert len(texts) == len(cells), f"the DOM shows {len(texts)} cells, the lab has {len(cells)}"
     assert sum(map(bool, stdout)) >= len(expected), "the DOM shows too few printed outputs"
     assert not any(stderr), f"cells wrote to stderr (an error, a warning): {[t for t in stderr if t]}"
     setup = re.search(r"<Cluster running: (\d+) MPI engines, backend=(\w+), device=(\w+)>", texts[setup_cell])
@@ -123,9 +133,116 @@ def test_lab0_runs_in_jupyterlab_through_the_hub_with_the_spawners_engines(hub):
         for pattern in patterns:
             assert re.search(rf"^{pattern}$", texts[i], re.M), f"cell {i} lacks a line like {pattern!r}: {texts[i]!r}"
     assert re.search(rf"^ok: {ENGINES} engines,", "\n".join(texts), re.M)
-    assert hashlib.sha256(lab.read_bytes()).hexdigest() == stored, f"{LAB} changed on disk"
-    # Stopped from the hub's page, the server is gone with everything under it; the hub and its
-    # proxy are left, and the fixture stops them.
+
+
+def assert_only_the_hub_is_left(hub) -> None:
+    """Stopped from the hub's page, the server is gone with everything under it; the hub and its
+    proxy are left, and the fixture stops them."""
     assert not wait_gone(hub.mark, "singleuser", STOP_S), "the single-user server outlived Stop My Server"
     left = [line for line in command_lines(hub.mark) if int(line.split()[0]) not in hub.own]
     assert not left, f"still running after the server stopped: {left}"
+
+
+def test_lab0_runs_in_jupyterlab_through_the_hub_with_the_spawners_engines(hub):
+    lab, stored, expected, cells, setup_cell = the_lab()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        try:
+            log_in_and_open_the_lab(page, hub)
+            clear_outputs(page)
+            menu(page, "Run", "runmenu:run-all")
+            run = wait_for_the_end(page, len(cells))
+            page.screenshot(path=str(STATE / "lab0.png"))
+            shut_down_kernel_and_server(page, hub)
+        except Exception:
+            page.screenshot(path=str(STATE / "failure.png"))  # what the browser showed
+            raise
+        finally:
+            browser.close()
+
+    markdown = run["markdown"]
+    raw = [t for t in markdown if re.search(r"^(:::|```)\{", t, re.M)]
+    assert len(markdown) == sum(c["cell_type"] == "markdown" for c in cells), len(markdown)
+    assert not raw, f"markdown cells show raw MyST directives (is jupyterlab-myst installed?): {raw}"
+    assert_the_lab_ran(run, expected, cells, setup_cell)
+    assert hashlib.sha256(lab.read_bytes()).hexdigest() == stored, f"{LAB} changed on disk"
+    assert_only_the_hub_is_left(hub)
+
+
+def the_one(mark: str, word: str) -> psutil.Process:
+    """The one process of the hub whose command line holds `word`."""
+    found = [p for p in marked_processes(mark) if word in " ".join(p.cmdline())]
+    assert len(found) == 1, f"{len(found)} processes of the hub run {word}: {command_lines(mark)}"
+    return found[0]
+
+
+def cluster_id_of(mark: str) -> str:
+    """The id (IPP_CLUSTER_ID) of the one cluster among the hub's processes."""
+    ids = set()
+    for proc in marked_processes(mark):
+        try:
+            ids.add(proc.environ().get("IPP_CLUSTER_ID"))
+        except psutil.Error:
+            pass
+    ids.discard(None)
+    assert len(ids) == 1, f"the hub's processes carry {len(ids)} cluster ids: {command_lines(mark)}"
+    return ids.pop()
+
+
+def test_a_killed_kernels_cluster_goes_while_hub_and_server_stay_and_the_lab_runs_again(hub):
+    """Issue 28: SIGKILL the learner's kernel once its cluster has started. Within DEAD_S nothing
+    of the cluster is left (tests/kernels.py: processes, guardian, MPICH's and ipyparallel's
+    files), the hub, its proxy and the learner's server run on and answer, JupyterLab says the
+    kernel died, and Kernel > Restart Kernel and Run All Cells runs the lab to its end."""
+    lab, stored, expected, cells, setup_cell = the_lab()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        try:
+            log_in_and_open_the_lab(page, hub)
+            clear_outputs(page)
+            # The learner runs the cells one by one (Shift+Enter) up to the set-up cell.
+            page.locator(CELLS).first.locator(".jp-InputPrompt").click()
+            for _ in range(setup_cell + 1):
+                page.keyboard.press("Shift+Enter")
+            page.wait_for_function(
+                "i => document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')[i]"
+                ".innerText.includes('<Cluster running')", arg=setup_cell, timeout=RUN_S * 1000, polling=500)
+
+            kernel, server = the_one(hub.mark, "ipykernel_launcher"), the_one(hub.mark, "jupyterhub-singleuser")
+            cluster = Watched(kernel)
+            cluster.record(cluster_id_of(hub.mark))
+            engines = [p for p in cluster.processes if "ipyparallel.engine" in " ".join(p.cmdline())]
+            assert len(engines) >= ENGINES, f"{len(engines)} engine processes for {ENGINES} engines"
+            os.kill(kernel.pid, signal.SIGKILL)
+            seconds = cluster.gone_within(DEAD_S)
+            print(f"\nthe learner's kernel SIGKILLed: its cluster gone {seconds:.1f} s later")
+            hub_side = [psutil.Process(pid) for pid in hub.own] + [server]
+            assert running(hub_side) == hub_side, "the hub, its proxy or the learner's server died with the kernel"
+            with urllib.request.urlopen(f"{hub.url}/hub/api/", timeout=10) as answer:
+                assert answer.status == 200
+
+            # JupyterLab hears of it (the server restarts a dead kernel by itself), then the learner
+            # restarts the kernel and runs the whole lab again.
+            dialog = page.locator(".jp-Dialog")
+            dialog.wait_for()
+            assert "appears to have died" in dialog.inner_text(), dialog.inner_text()
+            dialog.locator(".jp-mod-accept").click()
+            dialog.wait_for(state="hidden")
+            clear_outputs(page)
+            menu(page, "Kernel", "runmenu:restart-and-run-all")
+            page.locator(".jp-Dialog .jp-mod-accept").click()  # "Restart Kernel?"
+            run = wait_for_the_end(page, len(cells))
+            page.screenshot(path=str(STATE / "lab0-after-restart.png"))
+            assert the_one(hub.mark, "jupyterhub-singleuser").pid == server.pid
+            shut_down_kernel_and_server(page, hub)
+        except Exception:
+            page.screenshot(path=str(STATE / "failure.png"))
+            raise
+        finally:
+            browser.close()
+
+    assert_the_lab_ran(run, expected, cells, setup_cell)
+    assert hashlib.sha256(lab.read_bytes()).hexdigest() == stored, f"{LAB} changed on disk"
+    assert_only_the_hub_is_left(hub)
