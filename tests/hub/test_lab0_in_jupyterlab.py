@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import contextlib
 import signal
 import time
 import urllib.request
@@ -143,23 +144,30 @@ def assert_only_the_hub_is_left(hub) -> None:
     assert not left, f"still running after the server stopped: {left}"
 
 
-def test_lab0_runs_in_jupyterlab_through_the_hub_with_the_spawners_engines(hub):
-    lab, stored, expected, cells, setup_cell = the_lab()
+@contextlib.contextmanager
+def learners_page(hub):
+    """A Chromium page, logged in to the hub with Lab 0 open; a screenshot of it if the test fails."""
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         try:
             log_in_and_open_the_lab(page, hub)
-            clear_outputs(page)
-            menu(page, "Run", "runmenu:run-all")
-            run = wait_for_the_end(page, len(cells))
-            page.screenshot(path=str(STATE / "lab0.png"))
-            shut_down_kernel_and_server(page, hub)
+            yield page
         except Exception:
             page.screenshot(path=str(STATE / "failure.png"))  # what the browser showed
             raise
         finally:
             browser.close()
+
+
+def test_lab0_runs_in_jupyterlab_through_the_hub_with_the_spawners_engines(hub):
+    lab, stored, expected, cells, setup_cell = the_lab()
+    with learners_page(hub) as page:
+        clear_outputs(page)
+        menu(page, "Run", "runmenu:run-all")
+        run = wait_for_the_end(page, len(cells))
+        page.screenshot(path=str(STATE / "lab0.png"))
+        shut_down_kernel_and_server(page, hub)
 
     markdown = run["markdown"]
     raw = [t for t in markdown if re.search(r"^(:::|```)\{", t, re.M)]
@@ -196,52 +204,43 @@ def test_a_killed_kernels_cluster_goes_while_hub_and_server_stay_and_the_lab_run
     files), the hub, its proxy and the learner's server run on and answer, JupyterLab says the
     kernel died, and Kernel > Restart Kernel and Run All Cells runs the lab to its end."""
     lab, stored, expected, cells, setup_cell = the_lab()
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
-        try:
-            log_in_and_open_the_lab(page, hub)
-            clear_outputs(page)
-            # The learner runs the cells one by one (Shift+Enter) up to the set-up cell.
-            page.locator(CELLS).first.locator(".jp-InputPrompt").click()
-            for _ in range(setup_cell + 1):
-                page.keyboard.press("Shift+Enter")
-            page.wait_for_function(
-                "i => document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')[i]"
-                ".innerText.includes('<Cluster running')", arg=setup_cell, timeout=RUN_S * 1000, polling=500)
+    with learners_page(hub) as page:
+        clear_outputs(page)
+        # The learner runs the cells one by one (Shift+Enter) up to the set-up cell.
+        page.locator(CELLS).first.locator(".jp-InputPrompt").click()
+        for _ in range(setup_cell + 1):
+            page.keyboard.press("Shift+Enter")
+        page.wait_for_function(
+            "i => document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')[i]"
+            ".innerText.includes('<Cluster running')", arg=setup_cell, timeout=RUN_S * 1000, polling=500)
 
-            kernel, server = the_one(hub.mark, "ipykernel_launcher"), the_one(hub.mark, "jupyterhub-singleuser")
-            cluster = Watched(kernel)
-            cluster.record(cluster_id_of(hub.mark))
-            engines = [p for p in cluster.processes if "ipyparallel.engine" in " ".join(p.cmdline())]
-            assert len(engines) >= ENGINES, f"{len(engines)} engine processes for {ENGINES} engines"
-            os.kill(kernel.pid, signal.SIGKILL)
-            seconds = cluster.gone_within(DEAD_S)
-            print(f"\nthe learner's kernel SIGKILLed: its cluster gone {seconds:.1f} s later")
-            hub_side = [psutil.Process(pid) for pid in hub.own] + [server]
-            assert running(hub_side) == hub_side, "the hub, its proxy or the learner's server died with the kernel"
-            with urllib.request.urlopen(f"{hub.url}/hub/api/", timeout=10) as answer:
-                assert answer.status == 200
+        kernel, server = the_one(hub.mark, "ipykernel_launcher"), the_one(hub.mark, "jupyterhub-singleuser")
+        cluster = Watched(kernel)
+        cluster.record(cluster_id_of(hub.mark))
+        engines = [p for p in cluster.processes if "ipyparallel.engine" in " ".join(p.cmdline())]
+        assert len(engines) >= ENGINES, f"{len(engines)} engine processes for {ENGINES} engines"
+        os.kill(kernel.pid, signal.SIGKILL)
+        seconds = cluster.gone_within(DEAD_S)
+        print(f"\nthe learner's kernel SIGKILLed: its cluster gone {seconds:.1f} s later")
+        hub_side = [psutil.Process(pid) for pid in hub.own] + [server]
+        assert running(hub_side) == hub_side, "the hub, its proxy or the learner's server died with the kernel"
+        with urllib.request.urlopen(f"{hub.url}/hub/api/", timeout=10) as answer:
+            assert answer.status == 200
 
-            # JupyterLab hears of it (the server restarts a dead kernel by itself), then the learner
-            # restarts the kernel and runs the whole lab again.
-            dialog = page.locator(".jp-Dialog")
-            dialog.wait_for()
-            assert "appears to have died" in dialog.inner_text(), dialog.inner_text()
-            dialog.locator(".jp-mod-accept").click()
-            dialog.wait_for(state="hidden")
-            clear_outputs(page)
-            menu(page, "Kernel", "runmenu:restart-and-run-all")
-            page.locator(".jp-Dialog .jp-mod-accept").click()  # "Restart Kernel?"
-            run = wait_for_the_end(page, len(cells))
-            page.screenshot(path=str(STATE / "lab0-after-restart.png"))
-            assert the_one(hub.mark, "jupyterhub-singleuser").pid == server.pid
-            shut_down_kernel_and_server(page, hub)
-        except Exception:
-            page.screenshot(path=str(STATE / "failure.png"))
-            raise
-        finally:
-            browser.close()
+        # JupyterLab hears of it (the server restarts a dead kernel by itself), then the learner
+        # restarts the kernel and runs the whole lab again.
+        dialog = page.locator(".jp-Dialog")
+        dialog.wait_for()
+        assert "appears to have died" in dialog.inner_text(), dialog.inner_text()
+        dialog.locator(".jp-mod-accept").click()
+        dialog.wait_for(state="hidden")
+        clear_outputs(page)
+        menu(page, "Kernel", "runmenu:restart-and-run-all")
+        page.locator(".jp-Dialog .jp-mod-accept").click()  # "Restart Kernel?"
+        run = wait_for_the_end(page, len(cells))
+        page.screenshot(path=str(STATE / "lab0-after-restart.png"))
+        assert the_one(hub.mark, "jupyterhub-singleuser").pid == server.pid
+        shut_down_kernel_and_server(page, hub)
 
     assert_the_lab_ran(run, expected, cells, setup_cell)
     assert hashlib.sha256(lab.read_bytes()).hexdigest() == stored, f"{LAB} changed on disk"
