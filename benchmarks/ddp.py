@@ -25,8 +25,8 @@ the one the lab uses. Launch recipes (from the repository root, with the venv's 
     python benchmarks/ddp.py --ranks 4 --batch 128  # other p or per-rank batch B
     mpiexec -n 2 python benchmarks/ddp.py           # launch the ranks yourself (MPI)
 
-Backend and device: the kit's one policy (`dplab.cluster.jobs`, "Backend and device");
-the table's first line says which ran.
+Backend and device: the kit's one policy (`dplab.cluster.settings.choose_backend`,
+through `Settings.for_job`); the table's first line says which ran.
 """
 from __future__ import annotations
 

@@ -23,8 +23,9 @@ venv's bin/ on PATH):
     python benchmarks/sharding.py --width 4096       # a larger model
     mpiexec -n 4 python benchmarks/sharding.py       # launch the ranks yourself (MPI)
 
-It needs at least 2 ranks: on one there is nothing to shard. Backend and device: the kit's one policy (`dplab.cluster.jobs`,
-"Backend and device"); the table's first line says which ran.
+It needs at least 2 ranks: on one there is nothing to shard. Backend and device: the kit's
+one policy (`dplab.cluster.settings.choose_backend`, through `Settings.for_job`); the table's
+first line says which ran.
 """
 from __future__ import annotations
 

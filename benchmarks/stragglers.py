@@ -24,8 +24,8 @@ repeats) and gradients per second (the median block). On the 2-core box that tes
     python benchmarks/stragglers.py --ranks 3
     mpiexec -n 4 python benchmarks/stragglers.py     # launch the ranks yourself (MPI)
 
-Backend and device: the kit's one policy (`dplab.cluster.jobs`,
-"Backend and device"); the table's first line says which ran. The parameter-server schemes
+Backend and device: the kit's one policy (`dplab.cluster.settings.choose_backend`,
+through `Settings.for_job`); the table's first line says which ran. The parameter-server schemes
 send parameters and gradients over MPI, from host memory, whatever the device.
 """
 from __future__ import annotations

@@ -20,8 +20,8 @@ than q = 2. Launch recipes (from the repository root, with the venv's bin/ on PA
     python benchmarks/transformer_ddp.py --ranks 2
     mpiexec -n 4 python benchmarks/transformer_ddp.py     # launch the ranks yourself (MPI)
 
-Backend and device: the kit's one policy (`dplab.cluster.jobs`,
-"Backend and device"); the table's first line says which ran.
+Backend and device: the kit's one policy (`dplab.cluster.settings.choose_backend`,
+through `Settings.for_job`); the table's first line says which ran.
 """
 from __future__ import annotations
 
