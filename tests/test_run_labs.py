@@ -37,6 +37,27 @@ def test_a_cpu_build_of_torch_on_a_gpu_machine_is_named_with_the_fix():
     assert gpu_problem("2.13.0+cu128", "12.8", 1, h100) is None
 
 
+def test_gpu_settings_run_together_share_the_cores_among_all_their_engines(monkeypatch):
+    """On 16 cores with one GPU, the NCCL engine and the 4 gloo engines run at once: 3 threads
+    each, not 16 and 4 (32 threads on 16 cores, which the labs' timing checks would measure)."""
+    import torch
+
+    sys.path.insert(0, str(RUNNER.parent))
+    import run_labs
+
+    h100 = [{"name": "NVIDIA H100 80GB HBM3", "driver_version": "570.86.15", "compute_mode": "Default"}]
+    monkeypatch.setattr(run_labs, "nvidia_gpus", lambda: h100)
+    monkeypatch.setattr(run_labs, "gpu_problem", lambda *args: None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: h100[0]["name"])
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    together = run_labs.gpu_settings(together=True)
+    assert [env["DPLAB_THREADS"] for env in together.values()] == ["3", "3"], together
+    alone = run_labs.gpu_settings()
+    assert all("DPLAB_THREADS" not in env for env in alone.values()), alone
+
+
 def test_table_names_the_failing_cell_and_passes_the_setting(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [

@@ -58,9 +58,16 @@ def gpu_problem(torch_version: str, torch_cuda: str | None, n_visible: int, gpus
     return None
 
 
-def gpu_settings() -> dict[str, dict[str, str]]:
-    """NCCL with one engine per GPU, and 4 engines sharing GPU 0 on gloo; exits if there is no GPU."""
+SHARED_GPU_ENGINES = 4  # the gloo setting's engines, all on GPU 0
+
+
+def gpu_settings(together: bool = False) -> dict[str, dict[str, str]]:
+    """NCCL with one engine per GPU, and 4 engines sharing GPU 0 on gloo; exits if there is no GPU.
+    together: the settings will run at once, so each engine gets its share of the cores among
+    every setting's engines, not among its own setting's alone."""
     import torch
+
+    from dplab.cluster.settings import threads_per_rank
 
     n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     gpus = nvidia_gpus()
@@ -72,8 +79,9 @@ def gpu_settings() -> dict[str, dict[str, str]]:
           f"compute mode {gpus[0]['compute_mode'] if gpus else 'unknown'}", flush=True)
     settings = {
         f"nccl, {n_gpus} GPU(s)": {"DPLAB_ENGINES": str(n_gpus), "DPLAB_BACKEND": "nccl", "DPLAB_DEVICE": "cuda"},
-        "gloo, 4 share GPU 0": {
-            "DPLAB_ENGINES": "4", "DPLAB_BACKEND": "gloo", "DPLAB_DEVICE": "cuda", "CUDA_VISIBLE_DEVICES": "0",
+        f"gloo, {SHARED_GPU_ENGINES} share GPU 0": {
+            "DPLAB_ENGINES": str(SHARED_GPU_ENGINES), "DPLAB_BACKEND": "gloo", "DPLAB_DEVICE": "cuda",
+            "CUDA_VISIBLE_DEVICES": "0",
         },
     }
     if gpus and gpus[0]["compute_mode"].lower().startswith("exclusive"):
@@ -81,7 +89,15 @@ def gpu_settings() -> dict[str, dict[str, str]]:
         print(f"GPU 0 is in compute mode {gpus[0]['compute_mode']}: one process per GPU, so the setting "
               "'gloo, 4 share GPU 0' is left out; set the Default mode (nvidia-smi -i 0 -c DEFAULT, as root) "
               "to run it", flush=True)
-        del settings["gloo, 4 share GPU 0"]
+        del settings[f"gloo, {SHARED_GPU_ENGINES} share GPU 0"]
+    if together and len(settings) > 1:
+        # Each setting alone would give its engines all the cores: twice as many threads as
+        # cores, and the labs' timing checks would measure the contention.
+        threads = threads_per_rank(n_gpus + SHARED_GPU_ENGINES)
+        for env in settings.values():
+            env["DPLAB_THREADS"] = str(threads)
+        print(f"the settings run at once: {threads} torch thread(s) per engine, "
+              f"{n_gpus + SHARED_GPU_ENGINES} engines on {os.cpu_count()} cores", flush=True)
     return settings
 
 
@@ -203,7 +219,7 @@ def main() -> int:
 
     settings: dict[str, dict[str, str]] = {}
     if args.gpu:
-        settings.update(gpu_settings())
+        settings.update(gpu_settings(together=args.parallel))
     if args.any_p:
         settings.update(ANY_P)
     settings.update(parse_setting(s) for s in args.setting)
