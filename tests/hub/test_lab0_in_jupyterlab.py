@@ -2,11 +2,11 @@
 and find every check's `ok` line and the engine count that the spawner's environment asked for.
 Then the same learner's kernel is killed (SIGKILL, as the OOM killer does) once its cluster has
 started: the cluster goes, the hub and the server stay, and after a restart the lab runs again."""
+import contextlib
 import hashlib
 import json
 import os
 import re
-import contextlib
 import signal
 import time
 import urllib.request
