@@ -59,6 +59,7 @@ def gpu_problem(torch_version: str, torch_cuda: str | None, n_visible: int, gpus
 
 
 SHARED_GPU_ENGINES = 4  # the gloo setting's engines, all on GPU 0
+SHARED_GPU = f"gloo, {SHARED_GPU_ENGINES} share GPU 0"  # that setting's name
 
 
 def gpu_settings(together: bool = False) -> dict[str, dict[str, str]]:
@@ -79,7 +80,7 @@ def gpu_settings(together: bool = False) -> dict[str, dict[str, str]]:
           f"compute mode {gpus[0]['compute_mode'] if gpus else 'unknown'}", flush=True)
     settings = {
         f"nccl, {n_gpus} GPU(s)": {"DPLAB_ENGINES": str(n_gpus), "DPLAB_BACKEND": "nccl", "DPLAB_DEVICE": "cuda"},
-        f"gloo, {SHARED_GPU_ENGINES} share GPU 0": {
+        SHARED_GPU: {
             "DPLAB_ENGINES": str(SHARED_GPU_ENGINES), "DPLAB_BACKEND": "gloo", "DPLAB_DEVICE": "cuda",
             "CUDA_VISIBLE_DEVICES": "0",
         },
@@ -87,9 +88,9 @@ def gpu_settings(together: bool = False) -> dict[str, dict[str, str]]:
     if gpus and gpus[0]["compute_mode"].lower().startswith("exclusive"):
         # One process per GPU: ranks cannot share GPU 0. `nvidia-smi -c DEFAULT` (as root) allows it.
         print(f"GPU 0 is in compute mode {gpus[0]['compute_mode']}: one process per GPU, so the setting "
-              "'gloo, 4 share GPU 0' is left out; set the Default mode (nvidia-smi -i 0 -c DEFAULT, as root) "
+              f"'{SHARED_GPU}' is left out; set the Default mode (nvidia-smi -i 0 -c DEFAULT, as root) "
               "to run it", flush=True)
-        del settings[f"gloo, {SHARED_GPU_ENGINES} share GPU 0"]
+        del settings[SHARED_GPU]
     if together and len(settings) > 1:
         # Each setting alone would give its engines all the cores: twice as many threads as
         # cores, and the labs' timing checks would measure the contention.
