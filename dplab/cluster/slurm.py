@@ -80,6 +80,25 @@ def _partitions() -> dict[str, tuple[int, int, bool]]:
     return found
 
 
+NO_CONTROLLER = (
+    "no SLURM controller answers ({why}). Run the notebook where SLURM's commands reach the "
+    "controller: a login node, or a JupyterHub whose spawner starts the notebook inside a SLURM job. "
+    "Elsewhere, set SLURM_CONF to the cluster's slurm.conf, or use launcher='mpiexec'")
+
+
+def _reach_controller() -> dict[str, tuple[int, int, bool]]:
+    """The partitions (`_partitions`), or a ClusterError that says no controller answers, and why."""
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):  # sinfo would retry for 60 s before it says so
+        raise ClusterError(NO_CONTROLLER.format(why=f"SLURM_CONF is {conf}, which does not exist"))
+    try:
+        return _partitions()
+    except ClusterError as e:
+        # sinfo's last lines say why (its first ones repeat each failed DNS lookup)
+        why = "; ".join(line.strip() for line in str(e).splitlines()[-2:] if line.strip())
+        raise ClusterError(NO_CONTROLLER.format(why=why.removeprefix("`sinfo -h -o %P %D %c` failed: "))) from None
+
+
 def resolve_slurm(settings: Settings) -> SlurmSettings:
     """Check a SLURM request against this cluster; raise ClusterError before anything is submitted."""
     for exe in ("sbatch", "sinfo", "squeue", "scancel"):
@@ -89,7 +108,7 @@ def resolve_slurm(settings: Settings) -> SlurmSettings:
                 "sinfo, squeue, scancel) on the machine that runs the notebook. Run where they are, or "
                 "use launcher='mpiexec'. (This repository's private test cluster: tools/slurm/start.sh)")
     p, n_nodes, partition = settings.p, settings.nodes, settings.partition
-    parts = _partitions()
+    parts = _reach_controller()
     if not parts:
         raise ClusterError("sinfo lists no partition: this SLURM cluster has no nodes to run on")
     if partition is None:

@@ -7,9 +7,9 @@ from collections import defaultdict
 import pytest
 
 from recipes import ROOT
-from test_slurm import REASON, sbatch
+from test_slurm import REASON, REQUIRED, sbatch
 
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+pytestmark = pytest.mark.skipif(REASON is not None and not REQUIRED, reason=REASON or "")
 
 
 def per_task(output: str) -> dict[int, list[str]]:

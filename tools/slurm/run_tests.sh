@@ -9,27 +9,28 @@ dir=$PWD/_build/slurm
 
 if [[ $(id -u) != 0 ]]; then
   echo "make test-slurm: needs root. It installs the Debian packages slurm-wlm and munge if they" \
-       "are missing, and runs slurmctld and two slurmd (which start jobs as any user) in their own" \
-       "namespaces. Run it as root (for example in a disposable container or VM)." >&2
+       "are missing, makes a network namespace, a link and a bridge per node, and runs slurmctld and" \
+       "two slurmd (which start jobs as any user) in them. Run it as root (for example in a disposable container or VM)." >&2
   exit 2
 fi
-if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then
-  echo "make test-slurm: installing slurm-wlm and munge with apt-get"
+if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null \
+   || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+  echo "make test-slurm: installing slurm-wlm, munge and iproute2 with apt-get"
   if ! command -v apt-get >/dev/null; then
-    echo "make test-slurm: no apt-get here: install SLURM (slurmctld, slurmd, the client commands)" \
-         "and munge with this system's package manager, then run it again" >&2
+    echo "make test-slurm: no apt-get here: install SLURM (slurmctld, slurmd, the client commands)," \
+         "munge and iproute2 (ip, tc) with this system's package manager, then run it again" >&2
     exit 2
   fi
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null \
-    || { echo "make test-slurm: apt-get install slurm-wlm munge failed" >&2; exit 2; }
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge iproute2 >/dev/null \
+    || { echo "make test-slurm: apt-get install slurm-wlm munge iproute2 failed" >&2; exit 2; }
 fi
 
 trap 'tools/slurm/stop.sh "$dir"' EXIT  # on success, failure or Ctrl-C
 tools/slurm/start.sh "$dir" || exit 1
 source "$dir/env.sh"
 # The tests start from the kit's defaults: every DPLAB_* setting of this shell is removed, but
-# DPLAB_SLURM_DIR (env.sh's, which tells the tests where the private cluster is).
+# env.sh's DPLAB_SLURM_* (which tell the tests where the private cluster is, and its interface).
 unset_dplab=()
-for v in $(compgen -e | grep '^DPLAB_' | grep -vx DPLAB_SLURM_DIR); do unset_dplab+=(-u "$v"); done
+for v in $(compgen -e | grep '^DPLAB_' | grep -v '^DPLAB_SLURM_'); do unset_dplab+=(-u "$v"); done
 env "${unset_dplab[@]}" PYTHONPATH="$PWD" \
   "$python" -m pytest -q -p no:cacheprovider -rs tests/slurm "$@"

@@ -1,47 +1,100 @@
 #!/usr/bin/env bash
-# Start a private SLURM cluster of 2 nodes on this host: munged, slurmctld, and one slurmd
-# per node, each node in its own UTS and mount namespace (its own host name, and an
-# /etc/hosts that maps node1 and node2 to 127.0.0.1). Everything listens on 127.0.0.1, on
-# free ports; all state (config, spool, logs, munge key and socket) lives in DIR.
+# Start a private SLURM cluster of N nodes on this host (default 2, at most 4). Each node has
+# its own network namespace, joined to this host by a veth pair on a private bridge: its own
+# address (SUBNET.11, .12, ...), its own loopback, its own host name and /etc/hosts, and a
+# slurmd bound to its address. This host is SUBNET.1 on the bridge; munged, slurmctld and the
+# notebook side run here. The bridge and every node's end of its link are named IFACE, so
+# that one DPLAB_IFACE fits the notebook side and every node. All state (config, spool,
+# logs, munge key and socket) lives in DIR. Nothing here touches eth0 or its addresses.
 #
 #   tools/slurm/start.sh [DIR]      # default DIR: _build/slurm in this clone
-#   source DIR/env.sh               # SLURM_CONF for sinfo, sbatch, srun, squeue, scancel
+#   source DIR/env.sh               # SLURM_CONF, DPLAB_SLURM_DIR, DPLAB_SLURM_IFACE, ...
 #   tools/slurm/stop.sh [DIR]       # stops it all, whatever state it is in
 #
-# Needs root (slurmd runs jobs as any user; unshare and mount need CAP_SYS_ADMIN) and the
-# Debian packages slurm-wlm and munge. It returns once sinfo shows both nodes idle.
+# Settings (environment): DPLAB_SLURM_NODES (2), DPLAB_SLURM_SUBNET (10.77.0, a /24 this
+# host does not use), DPLAB_SLURM_RATE (unset: links at full speed; for example 1gbit or
+# 100mbit: every node's link shaped with tbf at that rate, in both directions). Ranks on one
+# node talk over that node's loopback, which is never shaped: a network with two speeds.
+#
+# Needs root (namespaces, links, slurmd running jobs as any user) and the Debian packages
+# slurm-wlm, munge and iproute2. It returns once sinfo shows every node idle; a start that
+# fails removes whatever it made.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 DIR=$(realpath -m "${1:-${DPLAB_SLURM_DIR:-$here/../../_build/slurm}}")
-NODES=(node1 node2)
+N=${DPLAB_SLURM_NODES:-2}
+SUBNET=${DPLAB_SLURM_SUBNET:-10.77.0}
+RATE=${DPLAB_SLURM_RATE:-}
+IFACE=dplab0
 CPUS=$(nproc)
+HOST=$(hostname)
 
 die() { echo "start.sh: $*" >&2; exit 1; }
-[[ $(id -u) == 0 ]] || die "needs root (slurmd runs jobs as their users; unshare needs CAP_SYS_ADMIN)"
-for exe in munged slurmctld slurmd sinfo unshare; do
-  command -v "$exe" >/dev/null || die "$exe not found: apt-get install -y slurm-wlm munge"
+[[ $(id -u) == 0 ]] || die "needs root (network namespaces and links; slurmd runs jobs as their users)"
+[[ $N =~ ^[1-4]$ ]] || die "DPLAB_SLURM_NODES=$N: give a node count from 1 to 4"
+[[ $SUBNET =~ ^(10|172\.(1[6-9]|2[0-9]|3[01])|192\.168)(\.[0-9]{1,3}){1,2}$ && $(tr -cd . <<<"$SUBNET") == .. ]] \
+  || die "DPLAB_SLURM_SUBNET=$SUBNET: give the first three numbers of a private /24, for example 10.77.0"
+if [[ -n $RATE && ! $RATE =~ ^[0-9]+(\.[0-9]+)?[kmg]?bit$ ]]; then
+  die "DPLAB_SLURM_RATE=$RATE: give a tc rate such as 1gbit or 100mbit, or unset it"
+fi
+for exe in munged slurmctld slurmd sinfo unshare nsenter ip tc; do
+  command -v "$exe" >/dev/null || die "$exe not found: apt-get install -y slurm-wlm munge iproute2"
 done
 if [[ -f $DIR/slurmctld.pid ]] && kill -0 "$(cat "$DIR/slurmctld.pid")" 2>/dev/null; then
   die "a cluster already runs from $DIR: stop it first with tools/slurm/stop.sh $DIR"
 fi
+if ip link show "$IFACE" >/dev/null 2>&1; then
+  die "this host already has an interface $IFACE: another private cluster runs (stop it with tools/slurm/stop.sh)"
+fi
+if ip -4 -o addr show | grep -q " inet $SUBNET\."; then
+  die "this host already uses $SUBNET.0/24: set DPLAB_SLURM_SUBNET to a private /24 it does not use"
+fi
 
+NODES=()
+for i in $(seq "$N"); do NODES+=("node$i"); done
 rm -rf "$DIR"
-mkdir -p "$DIR"/{log,ctld,spool/node1,spool/node2,tmp}
+mkdir -p "$DIR"/{log,ctld,tmp} "${NODES[@]/#/$DIR/spool/}"
 mkdir -m 700 "$DIR/munge"
 chmod 755 "$DIR"
-# Stop whatever started if we do not get to the end.
-trap '"$here/stop.sh" "$DIR" >/dev/null 2>&1 || true' ERR
+# What stop.sh removes: written before anything is made, so that a failed start leaves nothing.
+{
+  echo "IFACE=$IFACE"
+  echo "NODES=(${NODES[*]})"
+} > "$DIR/network"
+up=
+trap '[[ -n $up ]] || { echo "start.sh: the cluster did not come up: stopping what was started (logs in $DIR/log)" >&2
+      "$here/stop.sh" "$DIR" >/dev/null 2>&1; }' EXIT
 
-free_ports() {  # N distinct ports that are free on 127.0.0.1 now
-  python3 - "$1" <<'PY'
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
+# -- the network: a bridge on this host, one namespace and one veth pair per node -----------
+shape() {  # shape DEV [NETNS]: tbf at RATE on DEV's egress
+  [[ -n $RATE ]] || return 0
+  local burst=256kb
+  if [[ -n ${2:-} ]]; then
+    nsenter --net="/var/run/netns/$2" tc qdisc add dev "$1" root tbf rate "$RATE" burst $burst latency 100ms
+  else
+    tc qdisc add dev "$1" root tbf rate "$RATE" burst $burst latency 100ms
+  fi
 }
-read -r CTLD_PORT PORT1 PORT2 <<<"$(free_ports 3)"
+ip link add "$IFACE" type bridge
+ip addr add "$SUBNET.1/24" dev "$IFACE"
+ip link set "$IFACE" up
+for i in $(seq "$N"); do
+  node=node$i ns=dplab-node$i veth=dplab-n$i
+  ip netns add "$ns"
+  ip link add "$veth" type veth peer name "$IFACE" netns "$ns"
+  ip link set "$veth" master "$IFACE" up
+  ip -n "$ns" addr add "$SUBNET.$((10 + i))/24" dev "$IFACE"
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link set "$IFACE" up
+  shape "$veth"            # towards the node
+  shape "$IFACE" "$ns"     # from the node
+done
+
+free_port() {  # a port that is free on the bridge address now
+  python3 -c "import socket; s = socket.socket(); s.bind(('$SUBNET.1', 0)); print(s.getsockname()[1])"
+}
+CTLD_PORT=$(free_port)
+NODE_PORT=6818  # each node has its own address: the same port on each
 
 # munge: its own key, socket, pid and log; --force because DIR is not its usual place.
 dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
@@ -50,11 +103,16 @@ munged --force --socket="$DIR/munge/munge.socket" --key-file="$DIR/munge/munge.k
   --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/log/munged.log" \
   --seed-file="$DIR/munge/munged.seed"
 
-cat > "$DIR/slurm.conf" <<CONF
-# Written by tools/slurm/start.sh: a private 2-node cluster on 127.0.0.1.
+{
+  cat <<CONF
+# Written by tools/slurm/start.sh: a private $N-node cluster on the bridge $IFACE ($SUBNET.0/24).
 ClusterName=dplab
-SlurmctldHost=localhost(127.0.0.1)
+SlurmctldHost=$HOST($SUBNET.1)
 SlurmctldPort=$CTLD_PORT
+# slurmd (and srun) bind the address their host name resolves to, not every address.
+# slurmctld binds every address of this host: here the host's name resolves to 127.0.0.1,
+# which the nodes cannot reach (NoCtldInAddrAny would leave it there).
+CommunicationParameters=NoInAddrAny
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -82,27 +140,36 @@ MinJobAge=2
 KillWait=2
 InactiveLimit=0
 SlurmdTimeout=60
-NodeName=node1 NodeHostname=node1 NodeAddr=127.0.0.1 Port=$PORT1 CPUs=$CPUS State=UNKNOWN
-NodeName=node2 NodeHostname=node2 NodeAddr=127.0.0.1 Port=$PORT2 CPUs=$CPUS State=UNKNOWN
-PartitionName=debug Nodes=node1,node2 Default=YES MaxTime=60 State=UP
 CONF
+  for i in $(seq "$N"); do
+    echo "NodeName=node$i NodeHostname=node$i NodeAddr=$SUBNET.$((10 + i)) Port=$NODE_PORT CPUs=$CPUS State=UNKNOWN"
+  done
+  echo "PartitionName=debug Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=60 State=UP"
+} > "$DIR/slurm.conf"
 cat > "$DIR/env.sh" <<ENV
-export SLURM_CONF=$DIR/slurm.conf DPLAB_SLURM_DIR=$DIR
+export SLURM_CONF=$DIR/slurm.conf DPLAB_SLURM_DIR=$DIR DPLAB_SLURM_IFACE=$IFACE
+export DPLAB_SLURM_NODE_NAMES="${NODES[*]}" DPLAB_SLURM_RATE=$RATE
 ENV
-# What every node's processes see as /etc/hosts: this host's, plus the two node names.
-{ cat /etc/hosts; echo "127.0.0.1 ${NODES[*]}  # tools/slurm/start.sh"; } > "$DIR/hosts"
+# Every node's /etc/hosts: loopback, this host and the nodes on the bridge.
+{
+  echo "127.0.0.1 localhost"
+  echo "$SUBNET.1 $HOST"
+  for i in $(seq "$N"); do echo "$SUBNET.$((10 + i)) node$i"; done
+} > "$DIR/hosts"
 
 export SLURM_CONF=$DIR/slurm.conf
 slurmctld -f "$SLURM_CONF"
-for node in "${NODES[@]}"; do
-  # A node: its own host name and /etc/hosts; slurmd forks into the background in there,
-  # and every job step it starts inherits both.
-  unshare --uts --mount --propagation private sh -c \
-    "mount --bind '$DIR/hosts' /etc/hosts && hostname $node && exec slurmd -f '$SLURM_CONF' -N $node"
+for i in $(seq "$N"); do
+  # A node: its network namespace (nsenter, not `ip netns exec`, which remounts /sys and
+  # leaves slurmd without /sys/fs/cgroup), its own host name and /etc/hosts. slurmd forks
+  # into the background in there, and every job step it starts inherits all three.
+  nsenter --net="/var/run/netns/dplab-node$i" unshare --uts --mount --propagation private sh -c \
+    "mount --bind '$DIR/hosts' /etc/hosts && hostname node$i && exec slurmd -f '$SLURM_CONF' -N node$i"
 done
 
+want="$(printf '%s idle ' "${NODES[@]}")"
 deadline=$((SECONDS + 60))
-until [[ $(sinfo -h -N -o '%N %t' 2>/dev/null | sort | tr '\n' ' ') == "node1 idle node2 idle " ]]; do
+until [[ $(sinfo -h -N -o '%N %t' 2>/dev/null | sort | tr '\n' ' ') == "$want" ]]; do
   if (( SECONDS > deadline )); then
     sinfo -N >&2 || true
     tail -n 5 "$DIR"/log/*.log >&2 || true
@@ -110,5 +177,5 @@ until [[ $(sinfo -h -N -o '%N %t' 2>/dev/null | sort | tr '\n' ' ') == "node1 id
   fi
   sleep 0.2
 done
-trap - ERR
-echo "SLURM cluster up in $DIR: nodes node1 node2 idle, $CPUS CPUs each; source $DIR/env.sh"
+up=1
+echo "SLURM cluster up in $DIR: nodes ${NODES[*]} idle on $IFACE ($SUBNET.0/24${RATE:+, links shaped to $RATE}), $CPUS CPUs each; source $DIR/env.sh"
