@@ -123,6 +123,27 @@ def test_a_death_is_told_by_rank_cause_and_line_then_the_other_ranks():
     assert nobody.startswith("ranks 0, 1 died, and none wrote where: a SIGKILL from another process")
 
 
+def test_a_node_that_does_not_answer_is_named_with_its_ranks_and_the_others_told_apart():
+    settings = resolve(p=4)
+    hosts = {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
+    waiting = watch.Where("waiting in torch.distributed.all_reduce, called at line 4 of the cell", True)
+    # node2's link went down: its ranks went silent, node1's still wait in the all-reduce
+    link = watch.death_message({2: (None, None), 3: (None, None)}, {}, [], {0: waiting, 1: waiting},
+                               settings, hosts, ["node2"])
+    assert link.splitlines()[:3] == [
+        "node2 does not answer: ranks 2, 3 on it went silent and wrote nothing. node2 went down, "
+        "or its network link to this machine did.",
+        f"rank 0 was still running, {waiting.text}", f"rank 1 was still running, {waiting.text}"]
+    assert link.endswith("Once node2 answers again, run cluster.restart() to start 4 engines again (gloo, cpu), "
+                         "then re-run the set-up cells (imports, data, model).")
+    # node2 was killed: mpiexec (on node1) then killed node1's ranks, silently too
+    killed = watch.death_message({r: (None, None) for r in range(4)}, {}, [], {}, settings, hosts, ["node2"])
+    assert killed.splitlines()[1] == "ranks 0, 1 were then killed by mpiexec, which ends every rank of the job when one dies"
+    # a node that answers is not blamed; nor is one none of whose ranks died
+    assert watch.death_message({2: (None, None), 3: (None, None)}, {}, [], {}, settings, hosts, ["node1"]) \
+        .startswith("ranks 2, 3 died, and none wrote where")
+
+
 @pytest.mark.parametrize("death, status, cause", [
     ("os._exit(3)", 3, "dplab: os._exit(3)"),
     ("os.kill(os.getpid(), signal.SIGKILL)", -9, "dplab: os.kill(SIGKILL)"),

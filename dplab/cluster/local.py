@@ -55,6 +55,7 @@ class Cluster:
         self.view = None
         self.engines_seconds = self.start_seconds = float("nan")
         self.ranks: list = []  # one dplab.cluster.engine.RankInfo per rank, in rank order, once joined
+        self.lost_nodes: list[str] = []  # nodes that stopped answering (the watch sets it; see slurm.py)
         self.port: int | None = settings.port  # the rendezvous port actually used, once joined
         self._stacks: str | None = None  # folder where ranks dump their stacks (dplab.cluster.watch)
         self._leftovers: set[str] = set()  # files the engines leave behind when killed
@@ -145,6 +146,7 @@ class Cluster:
                 raise ClusterError(f"engine {engine_id} is MPI rank {info.rank}: restart the cluster")
             self.client[engine_id].push(info.engine_names(), block=True)
         self.ranks = infos
+        self.lost_nodes = []
         self.port = infos[0].port
 
     def _activate_magics(self) -> None:
@@ -232,6 +234,14 @@ class Cluster:
                     self.client.send_signal(sig, targets=[rank], block=False)
             except Exception:  # gone already: nothing to signal
                 pass
+
+    #: Seconds after a rank's node goes silent before the controller counts its engines gone
+    #: (0: the engines run here, and their death is seen at once).
+    silent_after_s = 0.0
+
+    def unreachable_nodes(self) -> list[str] | None:
+        """The ranks' nodes that do not answer now; None: this cluster cannot tell."""
+        return None
 
     def cpu_seconds(self, ranks: list[int]) -> dict[int, float]:
         """CPU seconds each rank's process has used so far, for the ranks on this node."""

@@ -20,9 +20,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .errors import ClusterError
@@ -31,8 +33,10 @@ from .network import interface_address, loopback_interface, mpi_environment
 from .settings import Settings
 
 COMMAND_TIMEOUT_S = 30  # for one sinfo, squeue or scancel
-GONE_TIMEOUT_S = 30  # for the job to leave squeue after scancel
+GONE_TIMEOUT_S = 10  # for the job to leave squeue after scancel (a node that went down holds it longer)
 EXIT_TIMEOUT_S = 10  # for the engines to exit and end the job by themselves
+HEARTBEAT_MS, HEARTBEAT_MISSES = 500, 10  # the controller drops an engine silent for 5 s
+PROBE_TIMEOUT_S = 2.0  # for a node's slurmd to accept a connection
 
 JOB_NAME = "dplab-engines-{cluster_id}"  # unique: the guardian cancels the job by its name
 BATCH_TEMPLATE = """#!/bin/sh
@@ -164,11 +168,39 @@ class SlurmCluster(Cluster):
         }
         # The engines on other nodes connect back to the controller on the interface they share.
         where = {"controller_ip": interface_address(s.iface)} if s.iface else {}
-        return ipyparallel.Cluster(engines="slurm", n=s.p, log_level=40, controller_args=["--HeartMonitor.period=500"],
+        return ipyparallel.Cluster(engines="slurm", n=s.p, log_level=40, controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}",
+                                           f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"],
                            config=cfg, shutdown_atexit=False, **where)
 
     def _job_name(self) -> str:
         return JOB_NAME.format(cluster_id=self.cluster_id)
+
+    silent_after_s = HEARTBEAT_MS / 1000 * (HEARTBEAT_MISSES + 1)
+
+    def unreachable_nodes(self) -> list[str] | None:
+        """The ranks' nodes whose slurmd does not accept a TCP connection now: the node is down,
+        or its link to this machine is (srun reaches slurmd the same way). None if SLURM cannot say."""
+        nodes = sorted({info.host for info in self.ranks})
+        try:
+            port = int(re.search(r"SlurmdPort\s*=\s*(\d+)", _command("scontrol", "show", "config")).group(1))
+            addrs = {}
+            for node in nodes:
+                shown = _command("scontrol", "show", "node", node)
+                addrs[node] = re.search(r"NodeAddr=(\S+)", shown).group(1)
+                if m := re.search(r"\bPort=(\d+)", shown):
+                    port = int(m.group(1))
+        except (ClusterError, AttributeError):
+            return None
+
+        def answers(node: str) -> bool:
+            try:
+                socket.create_connection((addrs[node], port), timeout=PROBE_TIMEOUT_S).close()
+                return True
+            except OSError:
+                return False
+
+        with ThreadPoolExecutor(len(nodes)) as pool:
+            return [n for n, ok in zip(nodes, pool.map(answers, nodes)) if not ok]
 
     def _files(self) -> set[str]:
         return super()._files() | {self._folder}
@@ -182,11 +214,22 @@ class SlurmCluster(Cluster):
         while len(self.client.ids) < s.p:
             if time.monotonic() > deadline:
                 raise ClusterError(f"{len(self.client.ids)} of {s.p} engines connected in {START_TIMEOUT_S} s; "
-                                   f"job {self.job_id} is still {self._job_state()}: it was cancelled")
+                                   f"job {self.job_id} is still {self._job_state()}: it was cancelled"
+                                   + self._nodes_down())
             if not job_listed(self.job_id):
-                raise ClusterError(f"SLURM job {self.job_id} ended before its {s.p} engines connected; "
-                                   f"its output:\n{self._job_output()}")
+                raise ClusterError(f"SLURM job {self.job_id} ended before its {s.p} engines connected"
+                                   f"{self._nodes_down()}; its output:\n{self._job_output()}")
             time.sleep(0.2)
+
+    def _nodes_down(self) -> str:
+        """"; nodes down or not answering: node2 (down*)" for the partition's nodes that are, else ""."""
+        try:
+            out = _command("sinfo", "-h", "-N", "-p", self.slurm.partition, "-o", "%N %t")
+        except ClusterError:
+            return ""
+        bad = [f"{node} ({state})" for node, state in (line.split() for line in out.splitlines())
+               if state.endswith("*") or state.startswith(("down", "drain", "fail"))]
+        return f"; nodes down or not answering: {', '.join(bad)}" if bad else ""
 
     def _job_state(self) -> str:
         try:
@@ -224,7 +267,8 @@ class SlurmCluster(Cluster):
         super().stop()
         job, self.job_id = self.job_id, None
         if job is not None:
-            deadline = time.monotonic() + GONE_TIMEOUT_S
+            # A node that does not answer holds the job (COMPLETING) until it answers again.
+            deadline = time.monotonic() + (0 if self.lost_nodes else GONE_TIMEOUT_S)
             try:
                 while job_listed(job) and time.monotonic() < deadline:
                     subprocess.run(["scancel", job], capture_output=True, timeout=COMMAND_TIMEOUT_S)

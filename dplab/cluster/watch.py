@@ -196,19 +196,26 @@ def _restart(s) -> str:
             "then re-run the set-up cells (imports, data, model).")
 
 
-def death_message(gone: dict, failed: dict, finished: list, running: dict, settings) -> str:
+def death_message(gone: dict, failed: dict, finished: list, running: dict, settings,
+                  hosts: dict | None = None, lost: list | None = None) -> str:
     """The error text when ranks died: who died, how and where; then the other ranks.
 
     gone: rank -> (how it died, Where it was), each None when it wrote no stacks as it died
-    (see how_it_died), for every rank that died; running: rank -> Where, for ranks still running.
+    (see how_it_died), for every rank that died; running: rank -> Where, for ranks still running;
+    hosts: rank -> its node; lost: the nodes that no longer answer (their ranks went silent).
     """
+    hosts, lost = hosts or {}, [n for n in (lost or []) if any(hosts.get(r) == n for r in gone)]
     lines = []
     first = [r for r, (how, _) in gone.items() if how and not how.startswith("ended by")]
     for rank in sorted(first):
         how, where = gone[rank]
         lines.append(f"{_ranks([rank])} died ({how}) while {where.text}")
-    rest = sorted(set(gone) - set(first))
-    if rest and not any(how for how, _ in gone.values()):
+    for node in lost:
+        silent = sorted(r for r in gone if hosts.get(r) == node and r not in first)
+        lines.append(f"{node} does not answer: {_ranks(silent)} on it went silent and wrote nothing. "
+                     f"{node} went down, or its network link to this machine did.")
+    rest = sorted(r for r in set(gone) - set(first) if hosts.get(r) not in lost)
+    if rest and not lost and not any(how for how, _ in gone.values()):
         lines.append(f"{_ranks(rest)} died, and none wrote where: a SIGKILL from another process (the "
                      "out-of-memory killer's, say) leaves no trace, and mpiexec then kills the other ranks.")
     elif rest:
@@ -225,6 +232,10 @@ def death_message(gone: dict, failed: dict, finished: list, running: dict, setti
         lines.append(f"{_ranks(finished)} finished the cell.")
     for rank, where in sorted(running.items()):
         lines.append(f"{_ranks([rank])} was still running, {where.text}")
+    if lost:
+        lines.append("The cluster was stopped: an MPI job cannot go on without some of its ranks.")
+        again = f"Once {' and '.join(lost)} answer{'s' if len(lost) == 1 else ''} again, "
+        return "\n".join(lines + [again + _restart(settings)[0].lower() + _restart(settings)[1:]])
     lines.append("The cluster was stopped: an MPI job cannot go on once one of its ranks has died.")
     return "\n".join(lines + [_restart(settings)])
 
@@ -399,7 +410,9 @@ class WatchedResult(AsyncResult):
         """Some rank's process died: say which, how and where, and what the others were doing;
         stop the cluster and raise RankDiedError."""
         cluster = self._dplab_cluster
-        give_up_at = time.monotonic() + DEATH_GRACE_S  # mpiexec ends the other ranks at once
+        # mpiexec ends the other ranks at once; across nodes, the ranks of a node that went down
+        # are known only once they miss their heartbeats
+        give_up_at = time.monotonic() + DEATH_GRACE_S + cluster.silent_after_s
         while None in (states := self.states()).values() and time.monotonic() < give_up_at:
             time.sleep(0.1)
         died = sorted(t for t, s in states.items() if _died(s))
@@ -410,7 +423,10 @@ class WatchedResult(AsyncResult):
         where = self.where(running) if running else {}
         failed = {t: describe_error(s) for t, s in states.items() if s not in (None, True) and not _died(s)}
         finished = [t for t, s in states.items() if s is True]
-        message = death_message(gone, failed, finished, where, cluster.settings)
+        hosts = {info.rank: info.host for info in cluster.ranks}
+        lost = cluster.unreachable_nodes() if len(set(hosts.values())) > 1 else None
+        message = death_message(gone, failed, finished, where, cluster.settings, hosts, lost)
+        cluster.lost_nodes = lost or []
         failed.update({r: f"died ({gone[r][0]})" if gone[r][0] else "died" for r in died})
         self._stop_and_raise(RankDiedError(message, failed, where, {r: gone[r][0] for r in died}))
 

@@ -24,6 +24,7 @@ from recipes import ROOT, check_training, environment, rank_lines, run
 NODES = ["node1", "node2"]
 # The interface the nodes share (DPLAB_IFACE, required across nodes): start.sh's env.sh says.
 IFACE = os.environ.get("DPLAB_SLURM_IFACE", "")
+SLURM_DIR = os.environ.get("DPLAB_SLURM_DIR", "")  # read now: conftest clears DPLAB_* for each test
 SQUEUE = shutil.which("squeue") or "squeue"  # found before a test empties PATH
 LIMIT_S = 10  # issue 28: a dead kernel's cluster, job included, is gone within 10 s
 
@@ -337,3 +338,128 @@ def test_no_controller_answering_says_so_and_what_to_set(tmp_path, monkeypatch):
         print(f"\n{path.name}: {seconds:.1f} s: {text}")
     monkeypatch.setenv("SLURM_CONF", real)
     assert our_jobs() == []
+
+
+FAULT_LIMIT_S = 30  # issue 30: the notebook hears which node failed within this
+ALL_REDUCE_FOREVER = ("import torch, torch.distributed as dist\n"
+                      "t = torch.ones(1 << 16)\n"
+                      "while True:\n"
+                      "    dist.all_reduce(t)\n")
+
+
+def remove_killed_ranks_shm(before: set[str]) -> None:
+    """A job whose ranks were killed leaves MPICH's shared-memory files in its nodes' /dev/shm
+    (one /dev/shm here); on a cluster, the SLURM epilog must clear it. Remove what appeared."""
+    for name in set(os.listdir("/dev/shm")) - before:
+        if name.startswith("mpich_shm_"):
+            os.unlink(f"/dev/shm/{name}")
+
+
+def link(node: str) -> str:
+    """This host's end of the node's link to the bridge (start.sh's name for it)."""
+    return f"dplab-n{NODES.index(node) + 1}"
+
+
+def kill_node(node: str) -> None:
+    """SIGKILL every process of the node (slurmd, slurmstepd, the job's proxy and engines)."""
+    for proc in processes_in(node_namespaces()[node]):
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+def revive_node(node: str) -> None:
+    """Start the node's slurmd again, as start.sh does."""
+    run([str(ROOT / "tools" / "slurm" / "start_node.sh"), SLURM_DIR, node], timeout=30)
+    wait_idle(node)
+
+
+def wait_idle(node: str, limit: float = 90) -> None:
+    """Until SLURM counts the node idle again (resumed, if it had marked it down)."""
+    subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], capture_output=True, timeout=10)
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        state = subprocess.run(["sinfo", "-h", "-n", node, "-o", "%t"], capture_output=True, text=True).stdout
+        if state.strip() == "idle":
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{node} is not idle {limit:g} s after it came back: {state}")
+
+
+@pytest.mark.parametrize("fault", ["link down", "node killed"])
+def test_a_node_lost_during_a_collective_is_named_and_restart_runs_the_cell_once_it_is_back(fault):
+    """node2's link goes down (or everything on node2 is killed) while every rank is inside a
+    Gloo all-reduce: within FAULT_LIMIT_S the cell raises RankDiedError naming node2 and its
+    ranks; once node2 is back, cluster.restart() runs the same cell's first step."""
+    import dplab
+    from dplab.cluster.watch import RankDiedError
+
+    shm = set(os.listdir("/dev/shm"))
+    cluster = dplab.start_cluster(4, launcher="slurm", nodes=2, iface=IFACE)
+    broken = False
+    try:
+        on2 = [i.rank for i in cluster.ranks if i.host == "node2"]
+        assert on2 == [2, 3]
+        task = cluster.view.execute(ALL_REDUCE_FOREVER, block=False)
+        time.sleep(2)
+        assert not task.ready()
+        t0 = time.monotonic()
+        if fault == "link down":
+            subprocess.run(["ip", "link", "set", link("node2"), "down"], check=True)
+        else:
+            kill_node("node2")
+        broken = True
+        with pytest.raises(RankDiedError) as e:
+            task.get(timeout=FAULT_LIMIT_S + 30)
+        seconds = time.monotonic() - t0
+        text = str(e.value)
+        assert text.startswith("node2 does not answer: ranks 2, 3 on it went silent"), text
+        assert "node1" not in text.split("\n")[0] and "Once node2 answers again, run cluster.restart()" in text
+        assert seconds <= FAULT_LIMIT_S, f"{seconds:.1f} s: {text}"
+        if fault == "link down":
+            subprocess.run(["ip", "link", "set", link("node2"), "up"], check=True)
+        else:
+            revive_node("node2")
+        broken = False
+        t1 = time.monotonic()
+        cluster.restart()
+        cluster.view.execute("import torch, torch.distributed as dist\n"
+                             "t = torch.ones(1); dist.all_reduce(t); s = t.item()").get(timeout=60)
+        assert cluster.view["s"] == [4.0] * 4
+        assert sorted({i.host for i in cluster.ranks}) == NODES
+        print(f"\n{fault}: the error after {seconds:.1f} s; cluster back {time.monotonic() - t1:.1f} s after "
+              f"restart():\n{text}")
+    finally:
+        if broken and fault == "link down":
+            subprocess.run(["ip", "link", "set", link("node2"), "up"])
+        elif broken:
+            revive_node("node2")
+        cluster.stop()
+        remove_killed_ranks_shm(shm)
+
+
+def test_a_node_that_never_comes_up_fails_the_start_and_leaves_no_job():
+    """node2's link is down before the start: slurmctld still counts it idle and gives it to the
+    job, whose srun cannot reach it. start_cluster fails within its timeout, names node2 in the
+    job's output it quotes, and no job is left."""
+    import dplab
+    from dplab import ClusterError
+    from dplab.cluster.local import START_TIMEOUT_S
+
+    shm = set(os.listdir("/dev/shm"))
+    subprocess.run(["ip", "link", "set", link("node2"), "down"], check=True)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ClusterError) as e:
+            dplab.start_cluster(4, launcher="slurm", nodes=2, iface=IFACE)
+        seconds = time.monotonic() - t0
+    finally:
+        subprocess.run(["ip", "link", "set", link("node2"), "up"], check=True)
+        wait_idle("node2")
+        remove_killed_ranks_shm(shm)
+    text = str(e.value)
+    assert seconds <= START_TIMEOUT_S + 15 and "node2" in text, (seconds, text)
+    deadline = time.monotonic() + 20
+    while our_jobs() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert our_jobs() == []
+    print(f"\nnode2 never came up: start_cluster failed after {seconds:.0f} s: {text.splitlines()[0]}")

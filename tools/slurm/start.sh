@@ -149,6 +149,10 @@ CONF
 cat > "$DIR/env.sh" <<ENV
 export SLURM_CONF=$DIR/slurm.conf DPLAB_SLURM_DIR=$DIR DPLAB_SLURM_IFACE=$IFACE
 export DPLAB_SLURM_NODE_NAMES="${NODES[*]}" DPLAB_SLURM_RATE=$RATE
+# The nodes share one kernel, so UCX (MPICH's network module) would reach a rank on another
+# node through shared memory, as if it were local. TCP only, as between separate machines;
+# ranks on one node still use MPICH's own shared memory.
+export UCX_TLS=tcp,self
 ENV
 # Every node's /etc/hosts: loopback, this host and the nodes on the bridge.
 {
@@ -160,11 +164,7 @@ ENV
 export SLURM_CONF=$DIR/slurm.conf
 slurmctld -f "$SLURM_CONF"
 for i in $(seq "$N"); do
-  # A node: its network namespace (nsenter, not `ip netns exec`, which remounts /sys and
-  # leaves slurmd without /sys/fs/cgroup), its own host name and /etc/hosts. slurmd forks
-  # into the background in there, and every job step it starts inherits all three.
-  nsenter --net="/var/run/netns/dplab-node$i" unshare --uts --mount --propagation private sh -c \
-    "mount --bind '$DIR/hosts' /etc/hosts && hostname node$i && exec slurmd -f '$SLURM_CONF' -N node$i"
+  "$here/start_node.sh" "$DIR" "node$i"  # its namespaces, host name, /etc/hosts, /sys, slurmd
 done
 
 want="$(printf '%s idle ' "${NODES[@]}")"
