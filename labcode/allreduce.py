@@ -3,6 +3,7 @@
 Change the lab, then run `python tools/export_labs.py`; a test fails while the two differ.
 """
 import numpy as np
+from mpi4py import MPI
 
 
 # From labs/03_allreduce_algorithms.ipynb, section "Steps", "Naive all-reduce".
@@ -84,6 +85,57 @@ class CountingComm:
         self.comm.Recv(buf, source=source)
     def Sendrecv(self, sendbuf, dest, recvbuf, source):
         self._count(sendbuf)
+        self.comm.Sendrecv(sendbuf, dest=dest, recvbuf=recvbuf, source=source)
+
+
+# From labs/03_allreduce_algorithms.ipynb, section "Steps", "Two speeds: hierarchical all-reduce".
+def node_comms(comm, node_ranks=None):
+    # (node, cross): this rank's node, and the ranks that share its local rank, one
+    # per node in node order. Real nodes when the ranks span hosts with as many ranks
+    # on each; else virtual nodes of node_ranks consecutive ranks (2 if p is even,
+    # else 1).
+    p, r = comm.Get_size(), comm.Get_rank()
+    shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=r)
+    hosts = len(set(comm.allgather(MPI.Get_processor_name())))
+    even = len(set(comm.allgather(shared.Get_size()))) == 1
+    if node_ranks is None and hosts > 1 and even:
+        node = shared
+    else:
+        shared.Free()
+        node_ranks = node_ranks or (2 if p % 2 == 0 else 1)
+        if p % node_ranks:
+            raise ValueError(f"{p} ranks do not make nodes of {node_ranks}: "
+                             f"pick a divisor of {p}")
+        node = comm.Split(r // node_ranks, r)
+    return node, comm.Split(node.Get_rank(), r)
+
+
+# From labs/03_allreduce_algorithms.ipynb, section "Steps", "Two speeds: hierarchical all-reduce".
+def allreduce_hierarchical(node, cross, x):
+    # Reduce-scatter inside the node, ring all-reduce of each chunk across the nodes,
+    # all-gather inside the node. In place on the 1-D array x; returns x.
+    counts = [c.size for c in np.array_split(x, node.Get_size())]
+    mine = np.empty(counts[node.Get_rank()], dtype=x.dtype)
+    node.Reduce_scatter(x, mine, recvcounts=counts, op=MPI.SUM)
+    allreduce_ring(cross, mine)
+    node.Allgatherv(mine, [x, counts])
+    return x
+
+
+# From labs/03_allreduce_algorithms.ipynb, section "Steps", "Two speeds: hierarchical all-reduce".
+class BoundaryComm(CountingComm):
+    # A CountingComm that counts only the messages sent to a rank on another node
+    # (node_of: each rank's node).
+    def __init__(self, comm, node_of):
+        super().__init__(comm)
+        self.node_of, self.home = node_of, node_of[comm.Get_rank()]
+    def Send(self, buf, dest):
+        if self.node_of[dest] != self.home:
+            self._count(buf)
+        self.comm.Send(buf, dest=dest)
+    def Sendrecv(self, sendbuf, dest, recvbuf, source):
+        if self.node_of[dest] != self.home:
+            self._count(sendbuf)
         self.comm.Sendrecv(sendbuf, dest=dest, recvbuf=recvbuf, source=source)
 
 

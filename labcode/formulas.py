@@ -39,6 +39,31 @@ def ring_tree_crossover_bytes(p: int, alpha: float, beta: float) -> float:
     return (2 * (p - 1) - 2 * L) * alpha / ((2 * L - 2 * (p - 1) / p) * beta)
 
 
+# From chapters/allreduce_algorithms.md, section "Two speeds: hierarchical all-reduce".
+def node_bytes_flat_ring(n: float, p: int, nodes: int) -> float:
+    """Bytes a flat ring of p ranks, numbered node after node, sends out of a node."""
+    return 2 * (p - 1) / p * n if nodes > 1 else 0.0
+
+
+# From chapters/allreduce_algorithms.md, section "Two speeds: hierarchical all-reduce".
+def node_bytes_hierarchical(n: float, nodes: int) -> float:
+    """Bytes a hierarchical all-reduce (reduce-scatter in the node, ring across nodes,
+    all-gather in the node) sends out of each node."""
+    return 2 * (nodes - 1) / nodes * n
+
+
+# From chapters/allreduce_algorithms.md, section "Two speeds: hierarchical all-reduce".
+def two_level_times(n: float, p: int, nodes: int, alpha: float, beta_node: float,
+                    beta_link: float) -> tuple[float, float]:
+    """(flat ring, hierarchical) all-reduce times on nodes of p/nodes ranks, each node
+    with one link (beta_link s/byte) that its ranks share, beta_node s/byte inside."""
+    L = p // nodes
+    flat = 2 * (p - 1) * alpha + node_bytes_flat_ring(n, p, nodes) * beta_link
+    inside = 2 * (L - 1) * alpha + 2 * (L - 1) / L * n * beta_node
+    across = 2 * (nodes - 1) * alpha + node_bytes_hierarchical(n, nodes) * beta_link
+    return flat, inside + across
+
+
 # From chapters/ddp.md, section "Overlap: sync and async `all_reduce`".
 def overlap_step_time(compute: Sequence[float], comm: Sequence[float]) -> float:
     """Backward plus bucketed all-reduces: max over i of r_i + m_i + ... + m_k."""

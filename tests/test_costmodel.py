@@ -310,3 +310,10 @@ def test_a_shape_mismatch_raises():
     with pytest.raises(RuntimeError, match="rank 1") as info:
         run_ranks(2, rank, timeout=0.5)
     assert isinstance(info.value.__cause__, ValueError)
+
+
+@pytest.mark.parametrize("p", [1, 4, 6])
+def test_hierarchical_allreduce_equals_mpi_and_sends_what_the_formulas_say_under_mpiexec(p):
+    from conftest import assert_every_rank_passes
+
+    assert_every_rank_passes("check_hierarchical.py", p, ["equal", "counted", "caught"])
