@@ -13,17 +13,7 @@ if [[ $(id -u) != 0 ]]; then
        "two slurmd (which start jobs as any user) in them. Run it as root (for example in a disposable container or VM)." >&2
   exit 2
 fi
-if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null \
-   || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
-  echo "make test-slurm: installing slurm-wlm, munge and iproute2 with apt-get"
-  if ! command -v apt-get >/dev/null; then
-    echo "make test-slurm: no apt-get here: install SLURM (slurmctld, slurmd, the client commands)," \
-         "munge and iproute2 (ip, tc) with this system's package manager, then run it again" >&2
-    exit 2
-  fi
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge iproute2 >/dev/null \
-    || { echo "make test-slurm: apt-get install slurm-wlm munge iproute2 failed" >&2; exit 2; }
-fi
+tools/slurm/install.sh "make test-slurm" || exit 2
 
 trap 'tools/slurm/stop.sh "$dir"' EXIT  # on success, failure or Ctrl-C
 tools/slurm/start.sh "$dir" || exit 1
