@@ -134,12 +134,13 @@ def report(res: dict, rate: str) -> int:
 
     p, N = res["p"], res["nodes"]
     beta_link = 8 / rate_bits(rate)
-    say(f"flat ring vs hierarchical all-reduce, p = {p} on {N} nodes of {res['node_ranks']} "
-          f"(network namespaces on one {machine()}); links shaped to {rate} by tc tbf, "
-          f"ranks on one node through shared memory; median of repeats, slowest rank")
-    say(f"model: alpha {res['alpha'] * 1e6:.0f} us (a one-float ring across nodes), "
-          f"1/beta_node {1 / res['beta_node'] / 1e9:.2f} GB/s (an all-reduce inside one node), "
-          f"1/beta_link {1 / beta_link / 1e9:.3f} GB/s (the shaped rate)")
+    say(f"flat ring vs hierarchical all-reduce, p = {p} on {N} nodes of {res['node_ranks']} ranks")
+    say(f"network namespaces on one {machine()}")
+    say(f"links shaped to {rate} by tc tbf; ranks on one node through shared memory")
+    say("median of repeats, slowest rank")
+    say(f"model: alpha {res['alpha'] * 1e6:.0f} us (a one-float ring across nodes)")
+    say(f"       1/beta_node {1 / res['beta_node'] / 1e9:.2f} GB/s (an all-reduce inside one node)")
+    say(f"       1/beta_link {1 / beta_link / 1e9:.3f} GB/s (the shaped rate)")
     say(f"{'MiB':>4} {'flat s':>8} {'model':>8} {'hier s':>8} {'model':>8} {'ratio':>6} {'model':>6}")
     rows, bad = [], []
     for n in SIZES:
