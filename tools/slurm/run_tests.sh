@@ -24,3 +24,19 @@ unset_dplab=()
 for v in $(compgen -e | grep '^DPLAB_' | grep -v '^DPLAB_SLURM_'); do unset_dplab+=(-u "$v"); done
 env "${unset_dplab[@]}" PYTHONPATH="$PWD" \
   "$python" -m pytest -q -p no:cacheprovider -rs tests/slurm "$@"
+status=$?
+
+# Stop it, and fail if anything of it is left: daemons, jobs' processes, namespaces, links
+# (their qdiscs go with them), the bridge.
+trap - EXIT
+tools/slurm/stop.sh "$dir" || status=1
+left=$(
+  ip netns list | grep -o '^dplab-node[0-9]*'
+  ip -br link | grep -o '^dplab[-a-z0-9]*'
+  pgrep -af "$dir/" | grep -v pgrep
+)
+if [[ -n $left ]]; then
+  echo "make test-slurm: left behind after the stop:" $left >&2
+  status=1
+fi
+exit $status
