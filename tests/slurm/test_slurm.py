@@ -193,20 +193,13 @@ def test_a_dead_kernels_slurm_job_is_cancelled_and_its_processes_end(sig):
         learner.close()
 
 
-def test_lab_0_runs_unchanged_on_engines_started_through_slurm():
+@pytest.mark.parametrize("lab, limit", [("00_meet_your_workers", 400), ("02_data_parallel_by_hand", 500)])
+def test_a_lab_runs_unchanged_on_engines_across_the_nodes(lab, limit):
     env = environment(DPLAB_LAUNCHER="slurm", DPLAB_NODES="2", DPLAB_IFACE=IFACE, PYTHONPATH=str(ROOT))
     out = run([sys.executable, "tools/run_labs.py", "--setting",
                f"slurm:DPLAB_LAUNCHER=slurm,DPLAB_NODES=2,DPLAB_IFACE={IFACE}",
-               "labs/00_meet_your_workers.ipynb"], timeout=400, env=env)
-    assert re.search(r"00_meet_your_workers.*ok", out.stdout + out.stderr), out.stdout + out.stderr
-
-
-def test_lab_2_runs_unchanged_across_the_nodes():
-    env = environment(DPLAB_LAUNCHER="slurm", DPLAB_NODES="2", DPLAB_IFACE=IFACE, PYTHONPATH=str(ROOT))
-    out = run([sys.executable, "tools/run_labs.py", "--setting",
-               f"slurm:DPLAB_LAUNCHER=slurm,DPLAB_NODES=2,DPLAB_IFACE={IFACE}",
-               "labs/02_data_parallel_by_hand.ipynb"], timeout=500, env=env)
-    assert re.search(r"02_data_parallel_by_hand.*ok", out.stdout + out.stderr), out.stdout + out.stderr
+               f"labs/{lab}.ipynb"], timeout=limit, env=env)
+    assert re.search(rf"{lab}.*ok", out.stdout + out.stderr), out.stdout + out.stderr
 
 
 # -- each node's own network ---------------------------------------------------------------
