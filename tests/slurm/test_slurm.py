@@ -382,7 +382,7 @@ def wait_idle(node: str, limit: float = 90) -> None:
 def test_a_node_lost_during_a_collective_is_named_and_restart_runs_the_cell_once_it_is_back(fault):
     """node2's link goes down (or everything on node2 is killed) while every rank is inside a
     Gloo all-reduce: within FAULT_LIMIT_S the cell raises RankDiedError naming node2 and its
-    ranks; once node2 is back, cluster.restart() runs the same cell's first step."""
+    ranks; once node2 is back, cluster.restart() brings all 4 ranks back and an all-reduce runs."""
     import dplab
     from dplab.cluster.watch import RankDiedError
 
