@@ -5,7 +5,6 @@ the README's Security section documents: mpiexec's (hydra's) control port, which
 to every interface whatever it is told, and torchrun's rendezvous stores.
 """
 import contextlib
-import ipaddress
 import json
 import os
 import stat
@@ -23,28 +22,9 @@ from dplab.cluster.settings import Settings
 from dplab.cluster.torchrun import TorchrunJob
 
 from conftest import descendants
+from sockets import is_loopback, listening
 
 HERE = os.path.dirname(__file__)
-
-
-def is_loopback(ip: str) -> bool:
-    """127.0.0.0/8 or ::1, also written as an IPv4-mapped IPv6 address."""
-    addr = ipaddress.ip_address(ip.split("%")[0])
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
-    return addr.is_loopback
-
-
-def listening(procs) -> list[tuple[str, str, int]]:
-    """(process name, address, port) of every socket the processes listen on."""
-    found = []
-    for proc in procs:
-        try:
-            found += [(proc.name(), c.laddr.ip, c.laddr.port) for c in proc.net_connections(kind="inet")
-                      if c.status == psutil.CONN_LISTEN]
-        except psutil.Error:
-            pass
-    return found
 
 
 def test_is_loopback_tells_loopback_from_other_addresses():

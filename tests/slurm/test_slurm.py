@@ -5,7 +5,6 @@ Each node has its own network namespace (tools/slurm/start.sh): its own address 
 bridge and its own loopback, so what crosses nodes goes over a real (virtual) link, and
 DPLAB_IFACE is the name the bridge and every node's end of its link share."""
 import contextlib
-import ipaddress
 import os
 import re
 import shutil
@@ -20,6 +19,7 @@ import psutil
 import pytest
 
 from recipes import ROOT, check_training, environment, rank_lines, run
+from sockets import is_loopback, listening
 
 NODES = ["node1", "node2"]
 # The interface the nodes share (DPLAB_IFACE, required across nodes): start.sh's env.sh says.
@@ -220,38 +220,6 @@ def processes_in(netns: str) -> list:
     return [proc for proc in psutil.process_iter() if netns_of(proc) == netns]
 
 
-def _listen_table(pid: int) -> dict[int, tuple[str, int]]:
-    """socket inode -> (address, port) of every listening TCP socket in pid's network namespace,
-    from /proc/PID/net/tcp{,6} (psutil reads the caller's namespace's table, not the process's)."""
-    table = {}
-    for name, size in (("tcp", 4), ("tcp6", 16)):
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/net/{name}") as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                if fields[3] != "0A":  # TCP_LISTEN
-                    continue
-                hexaddr, hexport = fields[1].split(":")
-                raw = bytes.fromhex(hexaddr)
-                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, size, 4))  # each 32-bit word is host order
-                table[int(fields[9])] = (str(ipaddress.ip_address(raw)), int(hexport, 16))
-    return table
-
-
-def listening(procs) -> list[tuple[str, str, int]]:
-    """(process name, address, port) of every socket the processes listen on, each read in the
-    process's own network namespace."""
-    found = []
-    for proc in procs:
-        with contextlib.suppress(OSError, psutil.Error):
-            table = _listen_table(proc.pid)
-            for fd in os.listdir(f"/proc/{proc.pid}/fd"):
-                with contextlib.suppress(OSError):
-                    link = os.readlink(f"/proc/{proc.pid}/fd/{fd}")
-                    if link.startswith("socket:[") and int(link[8:-1]) in table:
-                        found.append((proc.name(), *table[int(link[8:-1])]))
-    return sorted(set(found))
-
-
 def test_every_socket_on_every_node_listens_on_its_bridge_address_or_loopback():
     """Engines, controller, launcher (slurmd, srun, mpiexec), rendezvous store and Gloo, after a
     Gloo all-reduce across the nodes: each on its node's address on the bridge, or on loopback.
@@ -294,12 +262,6 @@ def test_every_socket_on_every_node_listens_on_its_bridge_address_or_loopback():
     finally:
         cluster.stop()
 
-
-def is_loopback(ip: str) -> bool:
-    addr = ipaddress.ip_address(ip.split("%")[0])
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
-    return addr.is_loopback
 
 
 # -- faults that only separate nodes (or no SLURM at all) can show -------------------------
