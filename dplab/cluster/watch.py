@@ -234,8 +234,9 @@ def death_message(gone: dict, failed: dict, finished: list, running: dict, setti
         lines.append(f"{_ranks([rank])} was still running, {where.text}")
     if lost:
         lines.append("The cluster was stopped: an MPI job cannot go on without some of its ranks.")
+        restart = _restart(settings)
         again = f"Once {' and '.join(lost)} answer{'s' if len(lost) == 1 else ''} again, "
-        return "\n".join(lines + [again + _restart(settings)[0].lower() + _restart(settings)[1:]])
+        return "\n".join(lines + [again + restart[0].lower() + restart[1:]])
     lines.append("The cluster was stopped: an MPI job cannot go on once one of its ranks has died.")
     return "\n".join(lines + [_restart(settings)])
 
