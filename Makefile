@@ -12,7 +12,7 @@ export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: setup venv book test test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-slurm \
-	test-hub bench bench-nodes labs clean
+	test-hub test-hub-slurm bench bench-nodes labs clean
 
 setup: $(STAMP) $(MATHJAX)
 
@@ -50,7 +50,7 @@ NBVAL := $(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-
 OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 DPLAB_THREADS=2
 
 test-kit: setup
-	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/browser --ignore=tests/hub tests
+	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/browser --ignore=tests/hub --ignore=tests/hub_slurm tests
 
 # The stored outputs are the CPU's ("device cpu", bf16 autocast, ...): on a GPU machine the nbval
 # passes still run on the CPU, and `make test-gpu` checks the GPU.
@@ -74,7 +74,15 @@ test-gpu: venv
 # tests/slurm on it (the SLURM launch recipes, engines across nodes, Lab 0 on them), then its
 # stop, whatever happens. Needs root; installs Debian's slurm-wlm and munge when missing.
 test-slurm: setup
-	tools/slurm/run_tests.sh $(BIN)/python
+	tools/slurm/run_tests.sh $(BIN)/python tests/slurm
+
+# An HPC centre's JupyterHub on the private 2-node SLURM cluster: hub/jupyterhub_slurm_config.py
+# (batchspawner) submits a real Unix learner's server as a SLURM job; Lab 0 runs in JupyterLab in
+# headless Chromium on 1 node and on 2, then the idle culler, a killed kernel and bad requests.
+# Needs root; installs what make test-hub and make test-slurm install.
+test-hub-slurm: setup
+	tools/hub/install.sh $(BIN)/python
+	tools/slurm/run_tests.sh $(BIN)/python tests/hub_slurm
 
 # A real JupyterHub (127.0.0.1) loading the sample hub/jupyterhub_config.py, and Lab 0 run in
 # JupyterLab in headless Chromium through it, with the engine count from the spawner's environment.

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("dplab", "labcode")
 SETTINGS_MODULE = "dplab/cluster/settings.py"
-HUB_SAMPLE = "hub/jupyterhub_config.py"
+HUB_SAMPLES = ("hub/jupyterhub_config.py", "hub/jupyterhub_slurm_config.py")
 
 
 # -- the import graph -----------------------------------------------------------------
@@ -228,9 +228,9 @@ def code_to_scan(root: Path) -> list[tuple[str, int, str]]:
 
 
 def allowed(where: str, variable: str) -> bool:
-    """The settings module reads DPLAB_*; the hub sample reads its own DPLAB_HUB_* (the hub's
-    settings, which configure its spawner hooks and never reach the kit)."""
-    return where == SETTINGS_MODULE or (where == HUB_SAMPLE and variable.startswith("DPLAB_HUB_"))
+    """The settings module reads DPLAB_*; the hub samples read their own DPLAB_HUB_* (the hub's
+    settings, which configure its spawner and never reach the kit)."""
+    return where == SETTINGS_MODULE or (where in HUB_SAMPLES and variable.startswith("DPLAB_HUB_"))
 
 
 def stray_reads(root: Path) -> list[str]:

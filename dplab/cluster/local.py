@@ -99,6 +99,8 @@ class Cluster:
         s = self.settings
         cfg = Config()
         cfg.MPILauncher.mpi_cmd = [self.mpiexec]
+        if "SLURM_JOB_ID" in os.environ:  # inside a SLURM job, MPICH would spread them over its nodes
+            cfg.MPILauncher.mpi_args = ["-launcher", "fork"]
         # The engines run on this node: MPICH's network module listens on loopback only.
         cfg.MPILauncher.environment = {**mpi_environment(loopback_interface()),
                                        **engine_environment(s.p, s.threads)}

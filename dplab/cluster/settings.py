@@ -42,7 +42,7 @@ DEVICES = ("cpu", "cuda")
 #: ranks call the same one on tensors of the same shape, and raises on every rank if not.
 DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")
 #: The launchers' names; dplab.cluster.start maps each to its start function.
-LAUNCHERS = ("mpiexec", "slurm")
+LAUNCHERS = ("mpiexec", "slurm", "allocation")
 
 
 # -- the policies ------------------------------------------------------------------
@@ -126,8 +126,14 @@ def choose_backend(
 
 
 def in_mpi_job() -> bool:
-    """True when this process is one rank of an MPI job (mpiexec or srun)."""
-    return any(k in os.environ for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"))
+    """True when this process is one rank of an MPI job (mpiexec, or a task of an srun step).
+
+    A SLURM batch script, and a notebook server that runs in one (hub/jupyterhub_slurm_config.py),
+    also has SLURM_PROCID=0: it counts only inside a job step, which sets SLURM_STEP_ID.
+    """
+    env = os.environ
+    return (any(k in env for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"))
+            or ("SLURM_PROCID" in env and "SLURM_STEP_ID" in env))
 
 
 # -- checking one value: each takes the raw value (an argument, or the variable's text),
@@ -249,10 +255,12 @@ class Settings:
         "stays on loopback (see [Security](#security)). It must exist on the machine that starts the cluster, "
         "with an address", "unset")
     launcher: str = setting("DPLAB_LAUNCHER", "mpiexec", _launcher,
-                            "`mpiexec` (engines on this machine) or `slurm` (engines in an sbatch job; see "
-                            "[Running on a SLURM cluster](#running-on-a-slurm-cluster))", "`mpiexec`")
-    nodes: int = setting("DPLAB_NODES", DEFAULT_NODES, _whole_at_least_one("nodes"),
-                         "nodes to ask SLURM for (`launcher=\"slurm\"`)", str(DEFAULT_NODES))
+                            "`mpiexec` (engines on this machine), `slurm` (engines in an sbatch job of their own) or "
+                            "`allocation` (engines in the SLURM job this notebook runs in); see "
+                            "[Running on a SLURM cluster](#running-on-a-slurm-cluster)", "`mpiexec`")
+    nodes: int | None = setting("DPLAB_NODES", None, _whole_at_least_one("nodes"),
+                                "nodes to run the engines on: to ask SLURM for (`slurm`), or of this job "
+                                "(`allocation`)", f"{DEFAULT_NODES} (`slurm`), all of the job's (`allocation`)")
     partition: str | None = setting("DPLAB_PARTITION", None, _text, "the SLURM partition",
                                     "the cluster's default partition")
 

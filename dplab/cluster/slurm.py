@@ -14,6 +14,14 @@ guardian (`dplab.cluster.guard`) cancels the job by its name.
 Its settings (`dplab.cluster.settings`): launcher, nodes, partition, and iface, the network
 interface the nodes share, required for more than one node: the controller, MPICH, the
 rendezvous store and Gloo listen there only.
+
+    cluster = dplab.start_cluster(launcher="allocation")          # or DPLAB_LAUNCHER=allocation
+
+is for a notebook that already runs inside a SLURM job (a JupyterHub whose spawner submits each
+learner's server with sbatch: hub/jupyterhub_slurm_config.py). Nothing is submitted: `mpiexec`
+starts its proxies on the job's first `nodes` nodes (default: all of them) as one job step
+(srun), p ranks split as evenly as they go. The step belongs to the job, so it ends with the
+job, and SLURM ends it on every node when its srun dies (the guardian kills srun with the rest).
 """
 from __future__ import annotations
 
@@ -29,8 +37,9 @@ from dataclasses import dataclass
 
 from .errors import ClusterError
 from .local import START_TIMEOUT_S, Cluster, engine_environment
+from .processes import own_cluster_processes
 from .network import interface_address, loopback_interface, mpi_environment
-from .settings import Settings
+from .settings import DEFAULT_NODES, Settings
 
 COMMAND_TIMEOUT_S = 30  # for one sinfo, squeue or scancel
 GONE_TIMEOUT_S = 10  # for the job to leave squeue after scancel (a node that went down holds it longer)
@@ -103,6 +112,12 @@ def _reach_controller() -> dict[str, tuple[int, int, bool]]:
         raise ClusterError(NO_CONTROLLER.format(why=why.removeprefix("`sinfo -h -o %P %D %c` failed: "))) from None
 
 
+def partitions() -> dict[str, tuple[int, int, bool]]:
+    """Each partition's (nodes, smallest node's CPUs, is the default), from sinfo; a ClusterError
+    that says why when no controller answers. The hub's SLURM policy checks a request with it."""
+    return _reach_controller()
+
+
 def resolve_slurm(settings: Settings) -> SlurmSettings:
     """Check a SLURM request against this cluster; raise ClusterError before anything is submitted."""
     for exe in ("sbatch", "sinfo", "squeue", "scancel"):
@@ -111,7 +126,7 @@ def resolve_slurm(settings: Settings) -> SlurmSettings:
                 f"{exe} not found on PATH: launcher='slurm' needs SLURM's client commands (sbatch, "
                 "sinfo, squeue, scancel) on the machine that runs the notebook. Run where they are, or "
                 "use launcher='mpiexec'. (This repository's private test cluster: tools/slurm/start.sh)")
-    p, n_nodes, partition = settings.p, settings.nodes, settings.partition
+    p, n_nodes, partition = settings.p, settings.nodes or DEFAULT_NODES, settings.partition
     parts = _reach_controller()
     if not parts:
         raise ClusterError("sinfo lists no partition: this SLURM cluster has no nodes to run on")
@@ -284,6 +299,117 @@ class SlurmCluster(Cluster):
         state = "running" if self.running else "stopped"
         return (f"<Cluster {state}: {s.p} MPI engines on {self.slurm.nodes} SLURM nodes, "
                 f"backend={s.backend}, device={s.device}>")
+
+
+NO_ALLOCATION = (
+    "launcher='allocation' starts the engines inside the SLURM job that runs this notebook, and "
+    "this process runs in none (SLURM_JOB_ID is unset): use launcher='slurm' to submit a job for "
+    "them, or launcher='mpiexec' for engines on this machine")
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """The node names of a SLURM node list ("node[1-3,5],gpu7"), in order, as `scontrol show
+    hostnames` would give them (asked of scontrol, which knows every form SLURM writes)."""
+    return _command("scontrol", "show", "hostnames", nodelist).split()
+
+
+def cpus_per_node(text: str) -> int:
+    """The smallest count in SLURM_JOB_CPUS_PER_NODE ("2(x2),4": 2)."""
+    counts = [int(m) for m in re.findall(r"(?:^|,)(\d+)", text)]
+    if not counts:
+        raise ClusterError(f"SLURM_JOB_CPUS_PER_NODE={text!r} names no CPU count")
+    return min(counts)
+
+
+def ranks_per_node(p: int, nodes: int) -> list[int]:
+    """p ranks over `nodes` nodes, as evenly as they go, the first nodes taking one more."""
+    return [p // nodes + (i < p % nodes) for i in range(nodes)]
+
+
+def resolve_allocation(settings: Settings, env: dict[str, str] | None = None) -> tuple[SlurmSettings, list[str]]:
+    """Check a request against the SLURM job this process runs in; (settings, the nodes to use)."""
+    env = os.environ if env is None else env
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        raise ClusterError(NO_ALLOCATION)
+    if shutil.which("scontrol") is None:
+        raise ClusterError("scontrol not found on PATH, though this notebook runs in SLURM job "
+                           f"{job}: launcher='allocation' needs SLURM's client commands")
+    held = expand_nodelist(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", ""))
+    n, p = settings.nodes or len(held), settings.p
+    if n > len(held):
+        raise ClusterError(f"{n} nodes asked for, but this notebook's SLURM job {job} holds {len(held)}: "
+                           f"ask for at most {len(held)} (nodes= or DPLAB_NODES), or start a server with more nodes")
+    if p < n:
+        raise ClusterError(f"{p} engines on {n} nodes: at least one engine per node; raise p (DPLAB_ENGINES) "
+                           "or lower nodes (DPLAB_NODES)")
+    cpus = cpus_per_node(env.get("SLURM_JOB_CPUS_PER_NODE", "1"))
+    return SlurmSettings(n, env.get("SLURM_JOB_PARTITION", ""), cpus), held[:n]
+
+
+class AllocationCluster(SlurmCluster):
+    """A Cluster whose engines are the ranks of `mpiexec`, one job step of this notebook's own job."""
+
+    def __init__(self, settings: Settings, slurm: SlurmSettings, hosts: list[str], init_torch: bool = True):
+        super().__init__(settings, slurm, init_torch=init_torch)
+        self.hosts = hosts
+        self.job_id = None  # the job is the notebook's: stopping the engines must not cancel it
+        self.allocation = os.environ.get("SLURM_JOB_ID")
+
+    def _ipp_cluster(self):
+        """ipyparallel's MPI launcher, with mpiexec told which nodes of the job to use, and how many ranks each."""
+        import ipyparallel
+        from traitlets.config import Config
+
+        s = self.settings
+        cfg = Config()
+        cfg.MPILauncher.mpi_cmd = [self.mpiexec]
+        counts = ranks_per_node(s.p, len(self.hosts))
+        cfg.MPILauncher.mpi_args = ["-launcher", "slurm",
+                                    "-hosts", ",".join(f"{h}:{c}" for h, c in zip(self.hosts, counts))]
+        iface = s.iface if len(self.hosts) > 1 else loopback_interface()
+        cfg.MPILauncher.environment = {**mpi_environment(iface), **engine_environment(max(counts), s.threads)}
+        where = {"controller_ip": interface_address(s.iface)} if len(self.hosts) > 1 else {}
+        return ipyparallel.Cluster(
+            engines="mpi", n=s.p, log_level=40, config=cfg, shutdown_atexit=False,
+            controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}",
+                             f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"], **where)
+
+    def _job_name(self) -> str | None:
+        return None  # the guardian kills srun with the rest, and SLURM then ends the step everywhere
+
+    def _wait_for_engines(self) -> None:
+        Cluster._wait_for_engines(self)
+        self._mpiexec = [p for p in own_cluster_processes(self.cluster_id) if p.name().startswith("mpiexec")]
+
+    def _leave_politely(self, client) -> bool:
+        """Let healthy engines leave and exit, and wait until mpiexec ends by itself: engines that
+        exit call MPI_Finalize, which removes MPICH's shared-memory files on every node; killed
+        ones leave them behind."""
+        import psutil
+
+        asked = Cluster._leave_politely(self, client)
+        if asked:
+            psutil.wait_procs(getattr(self, "_mpiexec", []), timeout=EXIT_TIMEOUT_S)
+        return asked
+
+    def __repr__(self) -> str:
+        s = self.settings
+        state = "running" if self.running else "stopped"
+        nodes = f"{len(self.hosts)} node{'s' if len(self.hosts) > 1 else ''}"
+        return (f"<Cluster {state}: {s.p} MPI engines on {nodes} of this SLURM job, "
+                f"backend={s.backend}, device={s.device}>")
+
+
+def start_in_allocation(settings: Settings, init_torch: bool = True) -> AllocationCluster:
+    """dplab.start_cluster(launcher="allocation"): check everything, then start the engines as a
+    step of the SLURM job this notebook runs in."""
+    slurm, hosts = resolve_allocation(settings)
+    if slurm.nodes > 1 and settings.iface is None:
+        raise ClusterError(
+            f"engines on {slurm.nodes} nodes need the network interface the nodes share: set DPLAB_IFACE "
+            "(or iface=) to it; the hub's policy sets it for a server of several nodes")
+    return AllocationCluster(settings, slurm, hosts, init_torch=init_torch)._start_alone()
 
 
 def start(settings: Settings, init_torch: bool = True) -> SlurmCluster:

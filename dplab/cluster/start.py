@@ -6,7 +6,7 @@ from .local import Cluster
 from .settings import LAUNCHERS, Settings, describe
 
 #: Each launcher's start(settings, init_torch) -> Cluster; its name is listed in settings.LAUNCHERS.
-START = {"mpiexec": local.start, "slurm": slurm.start}
+START = {"mpiexec": local.start, "slurm": slurm.start, "allocation": slurm.start_in_allocation}
 
 
 def start_cluster(p: int | None = None, *, init_torch: bool = True, **settings) -> Cluster:
@@ -15,7 +15,8 @@ def start_cluster(p: int | None = None, *, init_torch: bool = True, **settings) 
     Every other keyword is a setting (below; an unknown one raises TypeError): arguments win
     over the DPLAB_* variables, which win over the defaults, and everything is checked before
     anything starts. launcher "mpiexec" starts the engines on this machine, "slurm" in an sbatch
-    job over `nodes` nodes of `partition` (dplab.cluster.slurm). init_torch=False leaves out the
+    job over `nodes` nodes of `partition`, "allocation" in the SLURM job this notebook runs in
+    (dplab.cluster.slurm). init_torch=False leaves out the
     process group. Any cluster this process started before is stopped first. Use the handle as a
     context manager, or call ``.stop()``; it also stops at interpreter exit.
     """

@@ -118,22 +118,28 @@ def shut_down_kernel_and_server(page, hub) -> None:
     page.wait_for_selector("#stop", state="hidden")
 
 
-def assert_the_lab_ran(run: dict[str, list[str]], expected, cells, setup_cell) -> None:
-    """Every cell shows its output, nothing went to stderr, the set-up cell started the engines
-    that the spawner's environment asked for, and every stored `ok` line is there."""
+def assert_ok_lines(run: dict[str, list[str]], expected, cells, engines: int) -> list[str]:
+    """Every cell shows its output, nothing went to stderr, every stored `ok` line is there, and
+    Lab 0 counted `engines` engines; the cells' texts."""
     texts, stdout, stderr = run["texts"], run["stdout"], run["stderr"]
     assert len(texts) == len(cells), f"the DOM shows {len(texts)} cells, the lab has {len(cells)}"
     assert sum(map(bool, stdout)) >= len(expected), "the DOM shows too few printed outputs"
     assert not any(stderr), f"cells wrote to stderr (an error, a warning): {[t for t in stderr if t]}"
+    for i, patterns in expected.items():
+        for pattern in patterns:
+            assert re.search(rf"^{pattern}$", texts[i], re.M), f"cell {i} lacks a line like {pattern!r}: {texts[i]!r}"
+    assert re.search(rf"^ok: {engines} engines,", "\n".join(texts), re.M)
+    return texts
+
+
+def assert_the_lab_ran(run: dict[str, list[str]], expected, cells, setup_cell) -> None:
+    """assert_ok_lines, and the set-up cell started the engines that the spawner's environment asked for."""
+    texts = assert_ok_lines(run, expected, cells, ENGINES)
     setup = re.search(r"<Cluster running: (\d+) MPI engines, backend=(\w+), device=(\w+)>", texts[setup_cell])
     assert setup, f"the set-up cell printed no running cluster: {texts[setup_cell]!r}"
     policy = load_sample()  # what the hub's policy gives the first learner on this node (a CPU: gloo, cpu)
     env = policy.learner_environment("own", policy.count_gpus(), 0, ENGINES)
     assert (int(setup[1]), setup[2], setup[3]) == (ENGINES, env["DPLAB_BACKEND"], env["DPLAB_DEVICE"]), setup[0]
-    for i, patterns in expected.items():
-        for pattern in patterns:
-            assert re.search(rf"^{pattern}$", texts[i], re.M), f"cell {i} lacks a line like {pattern!r}: {texts[i]!r}"
-    assert re.search(rf"^ok: {ENGINES} engines,", "\n".join(texts), re.M)
 
 
 def assert_only_the_hub_is_left(hub) -> None:

@@ -12,7 +12,7 @@ say() { echo "make test-hub: $*" >&2; }
 
 stamp=$venv/.hub-installed
 if [[ ! -e $stamp || requirements-hub.txt -nt $stamp ]]; then
-  say "installing requirements-hub.txt (JupyterHub, JupyterLab, jupyterlab-myst, nbgitpuller) into $venv"
+  say "installing requirements-hub.txt (JupyterHub, JupyterLab, jupyterlab-myst, nbgitpuller, batchspawner, the idle culler) into $venv"
   "$python" -m pip install -q --disable-pip-version-check -r requirements-hub.txt
   touch "$stamp"
 fi

@@ -54,7 +54,7 @@ NODES=()
 for i in $(seq "$N"); do NODES+=("node$i"); done
 rm -rf "$DIR"
 mkdir -p "$DIR"/{log,ctld,tmp} "${NODES[@]/#/$DIR/spool/}"
-mkdir -m 700 "$DIR/munge"
+mkdir -m 755 "$DIR/munge"  # its socket: for every user's sbatch and squeue (the key stays 400)
 chmod 755 "$DIR"
 # What stop.sh removes: written before anything is made, so that a failed start leaves nothing.
 {

@@ -1,0 +1,142 @@
+"""The `slurm_hub` fixture: a real JupyterHub whose spawner (hub/jupyterhub_slurm_config.py) submits
+each learner's server to the private SLURM cluster, for a learner with a Unix account; on the way out it
+stops the hub and fails if anything it started outlives it: a process, a job, an MPICH file."""
+import os
+import pathlib
+import pwd
+import secrets
+import shutil
+import subprocess
+import sys
+import types
+
+import psutil
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "hub"))  # the local hub's helpers
+
+from chromium import CHROMIUM  # noqa: E402
+from dplab.cluster.network import free_port, interface_address  # noqa: E402
+from hub_process import BIN, CHP, LAB_SETTINGS, MARK, ROOT, STOP_S, describe, marked_processes, wait_for_hub  # noqa: E402
+
+from slurm_hub import ENGINES, IFACE, SAMPLE, STATE, USER, jobs  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def learner():
+    """The learner's Unix account, its home under STATE; removed at the end of the session."""
+    if os.geteuid() != 0:
+        pytest.fail("the SLURM hub tests need root (a Unix account for the learner): run `make test-hub-slurm` as root")
+    home = STATE / "home" / USER
+    shutil.rmtree(STATE, ignore_errors=True)
+    home.parent.mkdir(parents=True)
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/bash", USER], check=True)
+    home.mkdir()
+    shutil.chown(home, USER, USER)
+    yield types.SimpleNamespace(name=USER, home=home)
+    subprocess.run(["pkill", "-KILL", "-u", USER])  # nothing should be left: the tests check it
+    subprocess.run(["userdel", USER], check=False)
+
+
+def write_config(port: int, password: str, mark: str, culler: str | None) -> pathlib.Path:
+    """The sample, then the test's overrides: its own addresses, authenticator and state."""
+    settings = STATE / "lab-settings"
+    for name, values in LAB_SETTINGS.items():
+        path = settings / "@jupyterlab" / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(__import__("json").dumps(values))
+    checkpoints = STATE / "checkpoints"
+    checkpoints.mkdir(exist_ok=True)
+    shutil.chown(checkpoints, USER, USER)
+    bridge = interface_address(IFACE)  # the compute nodes reach the hub there
+    hub_port = free_port(bridge)
+    overrides = {
+        "JupyterHub.bind_url": f"http://127.0.0.1:{port}",
+        "JupyterHub.hub_bind_url": f"http://{bridge}:{hub_port}",
+        "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{free_port()}",
+        "ConfigurableHTTPProxy.command": [str(CHP)],
+        "ConfigurableHTTPProxy.pid_file": str(STATE / "proxy.pid"),
+        "JupyterHub.db_url": f"sqlite:///{STATE / 'jupyterhub.sqlite'}",
+        "JupyterHub.cookie_secret_file": str(STATE / "cookie_secret"),
+        "JupyterHub.authenticator_class": "dummy",
+        "DummyAuthenticator.password": password,
+        "Authenticator.allowed_users": {USER},
+        # The job runs as root, not as the learner: this machine's Python lives under /root,
+        # which no other account can read. The learner's account gives the job its HOME (under
+        # STATE) and its name; a site's sudo -E -u (batchspawner's default) runs it as the learner.
+        "DplabSlurmSpawner.exec_prefix": "",
+        "Spawner.notebook_dir": str(ROOT),
+        "Spawner.cmd": [str(BIN / "jupyterhub-singleuser")],
+        "Spawner.args": ["--allow-root", f"--FileCheckpoints.root_dir={checkpoints}"],
+        "Spawner.environment": {MARK: mark, "JUPYTERLAB_SETTINGS_DIR": str(settings),
+                                "JUPYTERLAB_WORKSPACES_DIR": str(STATE / "workspaces"),
+                                "JUPYTERHUB_ACTIVITY_INTERVAL": "5",
+                                # A site's nodes read /etc/slurm/slurm.conf; the private cluster's is here.
+                                "SLURM_CONF": os.environ["SLURM_CONF"]},
+        "Spawner.start_timeout": 120,
+    }
+    lines = ["import sys", "c = get_config()  # noqa", f"load_subconfig({str(SAMPLE)!r})",
+             "assert c.JupyterHub.spawner_class.__name__ == 'DplabSlurmSpawner', 'the sample was not loaded'"]
+    lines += [f"c.{key} = {value!r}" for key, value in overrides.items()]
+    lines += [
+        # The namespace nodes share one kernel: over TCP only, as between machines (env.sh). One
+        # node's ranks keep MPICH's shared memory, and loopback has no UCX transport but shm.
+        "def _tcp_between_nodes(spawner):",
+        "    if str(spawner.user_options.get('nodes', '1')) != '1':",
+        "        spawner.environment = {**spawner.environment, 'UCX_TLS': 'tcp,self'}",
+        "c.Spawner.pre_spawn_hook = _tcp_between_nodes",
+    ]
+    if culler is None:
+        lines.append("c.JupyterHub.services, c.JupyterHub.load_roles = [], []")
+    else:
+        lines.append(f"c.JupyterHub.services = [{{'name': 'idle-culler', 'command': [sys.executable, "
+                     f"'-m', 'jupyterhub_idle_culler', {culler!r}, '--cull-every=5']}}]")
+    path = STATE / "test_config.py"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def slurm_hub(learner, request):
+    """A running hub: yields its url, user, password and mark. Parameters (indirect): a dict of
+    DPLAB_HUB_* values, and 'culler': the culler's --timeout=... (default: no culler)."""
+    if not CHP.exists() or not CHROMIUM.exists():
+        pytest.fail("configurable-http-proxy or chromium is missing: run `make test-hub-slurm`, which installs them")
+    if not IFACE or not os.environ.get("SLURM_CONF"):
+        pytest.fail("no private SLURM cluster: `make test-hub-slurm` starts one and runs these tests on it")
+    params = dict(getattr(request, "param", {}))
+    culler = params.pop("culler", None)
+    mark, password, port = secrets.token_hex(8), secrets.token_hex(8), free_port()
+    config = write_config(port, password, mark, culler)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_") and k != "UCX_TLS"}
+    env.update({MARK: mark, "DPLAB_HUB_ENGINES": str(ENGINES), "DPLAB_HUB_IFACE": IFACE, "DPLAB_HUB_NODES": "1,2",
+                "PYTHONPATH": str(ROOT), "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", **params})
+    log = STATE / f"jupyterhub-{request.node.name}.log".replace("[", "-").replace("]", "")
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(BIN / "jupyterhub"), "-f", str(config)], cwd=STATE, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for_hub(url, proc, log)
+        yield types.SimpleNamespace(url=url, user=USER, password=password, mark=mark, log=log,
+                                    own={p.pid for p in marked_processes(mark)})
+    finally:
+        proc.terminate()  # the hub stops the servers it spawned (cleanup_servers: scancel), then its proxy
+        try:
+            proc.wait(STOP_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(STOP_S)
+        _, alive = psutil.wait_procs(marked_processes(mark), timeout=STOP_S)
+        left = describe(alive)
+        for p in alive:
+            p.kill()
+        psutil.wait_procs(alive, timeout=STOP_S)
+        leftover_jobs = jobs()
+        for job in leftover_jobs:
+            subprocess.run(["scancel", job.split()[0]], timeout=30)
+        assert not left, f"processes outlived the hub (now killed): {left}; see {log}"
+        assert not leftover_jobs, f"jobs outlived the hub (now cancelled): {leftover_jobs}; see {log}"

@@ -1,0 +1,210 @@
+"""A learner on an HPC centre's JupyterHub (issue 31): the hub (hub/jupyterhub_slurm_config.py)
+submits the learner's server to the private SLURM cluster with batchspawner, the learner runs
+Lab 0 in JupyterLab there, in headless Chromium, and the engines run inside that job, on its
+node or nodes. Stopping the server, an idle culler or a killed kernel leaves nothing behind:
+no process, job or MPICH file on any node."""
+import contextlib
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+from playwright.sync_api import sync_playwright
+
+from chromium import CHROMIUM, CHROMIUM_ARGS
+from slurm_hub import ENGINES, STATE, job_processes, jobs, mpich_files
+from hub_process import STOP_S, command_lines, marked_processes
+from kernels import Watched, running
+from test_lab0_in_jupyterlab import (CELLS, DEAD_S, RUN_S, STEP_MS, assert_ok_lines, clear_outputs,
+                                     cluster_id_of, menu, the_lab, the_one, wait_for_the_end)
+
+SPAWN_S = 120  # sbatch, the job's start on its node, and the server's first answer
+SETUP = r"<Cluster running: (\d+) MPI engines on (\d+) nodes? of this SLURM job, backend=(\w+), device=(\w+)>"
+
+
+def host_of(pid: int) -> str:
+    """The host name a process sees: each node of the private cluster has its own (UTS namespace)."""
+    return subprocess.run(["nsenter", "-t", str(pid), "-u", "hostname"], capture_output=True, text=True,
+                          check=True, timeout=10).stdout.strip()
+
+
+def job_nodes() -> list[str]:
+    """The nodes of the one job SLURM lists: the learner's server."""
+    (job,) = jobs()
+    nodelist = job.split()[-1]
+    return subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                          check=True, timeout=30).stdout.split()
+
+
+def engines_of(mark: str) -> list[psutil.Process]:
+    """The engines themselves (`python -m ipyparallel.engine`), not mpiexec, srun or hydra's proxies."""
+    return [p for p in marked_processes(mark) if p.cmdline()[1:3] == ["-m", "ipyparallel.engine"]]
+
+
+def log_in(page, hub) -> None:
+    page.set_default_timeout(STEP_MS)
+    page.goto(f"{hub.url}/hub/login")
+    page.fill("#username_input", hub.user)
+    page.fill("#password_input", hub.password)
+    page.click("#login_submit")
+    page.wait_for_url(re.compile(r"/hub/spawn"))  # the spawn form: how many nodes
+
+
+def spawn(page, hub, nodes: int) -> None:
+    """Choose `nodes` on the spawn form, wait for the server's job to run, open Lab 0."""
+    page.select_option("#nodes", str(nodes))
+    page.click("input[type=submit], button[type=submit]")
+    page.wait_for_url(re.compile(rf"/user/{hub.user}/lab"), timeout=SPAWN_S * 1000)
+    page.goto(f"{hub.url}/user/{hub.user}/lab/tree/labs/00_meet_your_workers.ipynb")
+    page.wait_for_selector(".jp-NotebookPanel:visible .jp-Notebook-ExecutionIndicator[data-status='idle']")
+
+
+@contextlib.contextmanager
+def browser_page():
+    """A Chromium page; a screenshot of it if the test fails."""
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        try:
+            yield page
+        except Exception:
+            page.screenshot(path=str(STATE / "failure.png"))
+            raise
+        finally:
+            browser.close()
+
+
+def stop_server(page, hub) -> None:
+    """Stop My Server, on the hub's home page."""
+    page.goto(f"{hub.url}/hub/home")
+    page.click("#stop")
+    page.wait_for_selector("#stop", state="hidden", timeout=STOP_S * 1000)
+
+
+def assert_nothing_left(hub, shm_before: list[str], within: float = STOP_S) -> None:
+    """No job, no process of a job or of the server, no new MPICH file: on every node (they share
+    this machine's process table and /dev/shm)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        left = {"jobs": jobs(), "jobs' processes": job_processes(),
+                "server's processes": [c for c in command_lines(hub.mark) if int(c.split()[0]) not in hub.own],
+                "MPICH files": sorted(set(mpich_files()) - set(shm_before))}
+        if not any(left.values()):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"left {within} s after the server stopped: {left}; see {hub.log}")
+
+
+def run_to_setup(page, setup_cell: int) -> None:
+    """The learner runs the cells one by one (Shift+Enter) up to the set-up cell."""
+    clear_outputs(page)
+    page.locator(CELLS).first.locator(".jp-InputPrompt").click()
+    for _ in range(setup_cell + 1):
+        page.keyboard.press("Shift+Enter")
+    page.wait_for_function(
+        "i => document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')[i]"
+        ".innerText.includes('<Cluster running')", arg=setup_cell, timeout=RUN_S * 1000, polling=500)
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_lab0_runs_in_the_learners_slurm_job_with_its_engines_on_the_jobs_nodes(slurm_hub, nodes):
+    hub, shm = slurm_hub, mpich_files()
+    lab, stored, expected, cells, setup_cell = the_lab()
+    with browser_page() as page:
+        log_in(page, hub)
+        spawn(page, hub, nodes)
+        held = job_nodes()
+        assert len(held) == nodes, held
+        server = the_one(hub.mark, "jupyterhub-singleuser")
+        assert host_of(server.pid) == held[0]
+        run_to_setup(page, setup_cell)
+        hosts = {host_of(p.pid) for p in engines_of(hub.mark)}  # while the engines run
+        assert len(engines_of(hub.mark)) == ENGINES
+        menu(page, "Run", "notebook:run-all-below")
+        run = wait_for_the_end(page, len(cells))
+        page.screenshot(path=str(STATE / f"lab0-{nodes}-nodes.png"))
+        stop_server(page, hub)
+
+    texts = assert_ok_lines(run, expected, cells, ENGINES)
+    setup = re.search(SETUP, texts[setup_cell])
+    assert setup, f"the set-up cell printed no cluster in this SLURM job: {texts[setup_cell]!r}"
+    assert (int(setup[1]), int(setup[2]), setup[3], setup[4]) == (ENGINES, nodes, "gloo", "cpu"), setup[0]
+    assert hosts == set(held), f"engines on {hosts}, the job holds {held}"
+    assert hashlib.sha256(lab.read_bytes()).hexdigest() == stored, "Lab 0 changed on disk"
+    assert_nothing_left(hub, shm)
+    assert re.search(r"Notebook server job \d+ started at 10\.", hub.log.read_text())
+
+
+@pytest.mark.parametrize("slurm_hub", [{"DPLAB_HUB_NODES": "1,2,3"}], indirect=True)
+def test_a_request_the_partition_cannot_hold_fails_before_sbatch_and_says_why(slurm_hub):
+    hub = slurm_hub
+    with browser_page() as page:
+        log_in(page, hub)
+        assert page.locator("#nodes option").all_inner_texts() == ["1 node", "2 nodes", "3 nodes"]
+        page.select_option("#nodes", "3")
+        page.click("input[type=submit], button[type=submit]")
+        page.wait_for_selector("text=3 nodes asked for, but partition 'debug' has 2: choose fewer")
+        assert jobs() == []
+    assert "Job submitted" not in hub.log.read_text()
+
+
+@pytest.mark.parametrize("slurm_hub", [{"DPLAB_HUB_PARTITION": "gpu-a100"}], indirect=True)
+def test_an_unknown_partition_fails_before_sbatch_and_names_the_ones_there_are(slurm_hub):
+    hub = slurm_hub
+    with browser_page() as page:
+        log_in(page, hub)
+        page.select_option("#nodes", "1")
+        page.click("input[type=submit], button[type=submit]")
+        page.wait_for_selector("text=unknown partition 'gpu-a100': this cluster has debug")
+        assert jobs() == []
+    assert "Job submitted" not in hub.log.read_text()
+
+
+@pytest.mark.parametrize("slurm_hub", [{"culler": "--timeout=20"}], indirect=True)
+def test_the_idle_culler_stops_an_idle_server_and_its_job_kernel_and_engines_go(slurm_hub):
+    """jupyterhub-idle-culler as a hub service: 20 s after the learner's last activity (the server
+    reports it every 5 s; a busy kernel or an open JupyterLab counts), it stops the server."""
+    hub, shm = slurm_hub, mpich_files()
+    _, _, _, _, setup_cell = the_lab()
+    with browser_page() as page:
+        log_in(page, hub)
+        spawn(page, hub, 2)
+        run_to_setup(page, setup_cell)
+        assert len(engines_of(hub.mark)) == ENGINES
+        assert the_one(hub.mark, "ipykernel_launcher")
+    t0 = time.monotonic()  # the learner closed the browser: idle from now
+    deadline = t0 + 120
+    while jobs() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert jobs() == [], f"the idle server's job still runs {time.monotonic() - t0:.0f} s later"
+    print(f"\nidle server culled, its job gone {time.monotonic() - t0:.0f} s after the browser closed")
+    log = hub.log.read_text()
+    assert re.search(rf"Culling server {hub.user} \(inactive for", log), "the culler did not say it culled"
+    assert re.search(rf"DELETE /hub/api/users/{hub.user}/server \(idle-culler@", log), "the culler stopped nothing"
+    assert_nothing_left(hub, shm)
+
+
+def test_a_killed_kernel_in_the_job_leaves_nothing_and_the_server_stays(slurm_hub):
+    """SIGKILL the learner's kernel (as the OOM killer does) once its engines run on both nodes:
+    within DEAD_S nothing of the cluster is left, the server and its job run on; then Stop My
+    Server leaves nothing at all."""
+    hub, shm = slurm_hub, mpich_files()
+    _, _, _, _, setup_cell = the_lab()
+    with browser_page() as page:
+        log_in(page, hub)
+        spawn(page, hub, 2)
+        run_to_setup(page, setup_cell)
+        kernel, server = the_one(hub.mark, "ipykernel_launcher"), the_one(hub.mark, "jupyterhub-singleuser")
+        assert {host_of(p.pid) for p in engines_of(hub.mark)} == {"node1", "node2"}
+        cluster = Watched(kernel)
+        cluster.record(cluster_id_of(hub.mark))
+        os.kill(kernel.pid, signal.SIGKILL)
+        seconds = cluster.gone_within(DEAD_S)
+        print(f"\nthe learner's kernel SIGKILLed in its SLURM job: its cluster gone {seconds:.1f} s later")
+        assert running([server]) == [server] and len(jobs()) == 1, "the server or its job died with the kernel"
+        stop_server(page, hub)
+    assert_nothing_left(hub, shm)

@@ -1,0 +1,70 @@
+"""The launcher "allocation" (engines as a step of the SLURM job the notebook runs in), checked
+without SLURM: what it accepts and refuses, and how it spreads the ranks. The hub tests
+(tests/hub_slurm) run it for real, on 1 node and on 2."""
+import pytest
+
+from dplab.cluster import local, slurm
+from dplab.cluster.errors import ClusterError
+from dplab.cluster.settings import Settings, in_mpi_job
+
+JOB = {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_CPUS_PER_NODE": "2(x2)",
+       "SLURM_JOB_PARTITION": "debug"}
+
+
+@pytest.fixture
+def fake_scontrol(monkeypatch):
+    """scontrol show hostnames, as SLURM expands node[1-2]; no SLURM needed."""
+    monkeypatch.setattr(slurm.shutil, "which", lambda exe: f"/usr/bin/{exe}")
+    monkeypatch.setattr(slurm, "_command", lambda *args: {"node[1-2]": "node1\nnode2\n"}[args[-1]])
+
+
+def test_a_batch_script_is_no_mpi_rank_but_a_step_task_is(monkeypatch):
+    """A notebook server in a SLURM batch script has SLURM_PROCID=0 but no SLURM_STEP_ID: it is
+    not one rank of an MPI job (before, a benchmark started there would have waited for ranks)."""
+    for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_STEP_ID"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    assert not in_mpi_job()
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
+    assert in_mpi_job()
+
+
+def test_ranks_split_as_evenly_as_they_go():
+    assert slurm.ranks_per_node(3, 2) == [2, 1]
+    assert slurm.ranks_per_node(4, 2) == [2, 2]
+    assert slurm.ranks_per_node(5, 3) == [2, 2, 1]
+    assert slurm.cpus_per_node("2(x2),4") == 2 and slurm.cpus_per_node("36") == 36
+
+
+def test_the_allocation_gives_its_nodes_and_the_request_is_checked(fake_scontrol):
+    got, hosts = slurm.resolve_allocation(Settings(p=3), JOB)
+    assert (got.nodes, got.partition, got.cpus_per_node, hosts) == (2, "debug", 2, ["node1", "node2"])
+    got, hosts = slurm.resolve_allocation(Settings(p=3, nodes=1), JOB)
+    assert (got.nodes, hosts) == (1, ["node1"])
+    with pytest.raises(ClusterError, match="3 nodes asked for, but this notebook's SLURM job 42 holds 2"):
+        slurm.resolve_allocation(Settings(p=4, nodes=3), JOB)
+    with pytest.raises(ClusterError, match="1 engines on 2 nodes: at least one engine per node"):
+        slurm.resolve_allocation(Settings(p=1), JOB)
+
+
+def test_outside_a_slurm_job_the_allocation_launcher_says_what_to_use_instead():
+    with pytest.raises(ClusterError, match="runs in none .SLURM_JOB_ID is unset.: use launcher='slurm'"):
+        slurm.resolve_allocation(Settings(p=2), {})
+
+
+def test_several_nodes_need_the_interface_before_anything_starts(fake_scontrol, monkeypatch):
+    for k, v in JOB.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ClusterError, match="engines on 2 nodes need the network interface"):
+        slurm.start_in_allocation(Settings(p=2, launcher="allocation"))
+
+
+def test_the_local_launcher_keeps_its_engines_on_this_node_inside_a_slurm_job(monkeypatch):
+    """Inside a job of several nodes, MPICH's mpiexec would start ranks on all of them (through
+    srun), with its network on loopback: launcher "mpiexec" forks them here instead."""
+    cluster = local.Cluster(Settings(p=2))
+    cluster.mpiexec = "mpiexec"
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert "-launcher" not in cluster._ipp_cluster().config.MPILauncher.get("mpi_args", [])
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    assert cluster._ipp_cluster().config.MPILauncher.mpi_args == ["-launcher", "fork"]
