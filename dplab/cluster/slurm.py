@@ -354,7 +354,6 @@ class AllocationCluster(SlurmCluster):
         super().__init__(settings, slurm, init_torch=init_torch)
         self.hosts = hosts
         self.job_id = None  # the job is the notebook's: stopping the engines must not cancel it
-        self.allocation = os.environ.get("SLURM_JOB_ID")
 
     def _ipp_cluster(self):
         """ipyparallel's MPI launcher, with mpiexec told which nodes of the job to use, and how many ranks each."""

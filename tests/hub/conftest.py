@@ -5,13 +5,12 @@ import shutil
 import subprocess
 import types
 
-import psutil
 import pytest
 
 from dplab.cluster.network import free_port
 from chromium import CHROMIUM
-from hub_process import (BIN, CHP, ENGINES, MARK, ROOT, STATE, STOP_S, USER, describe, marked_processes,
-                         wait_for_hub, write_config)
+from hub_process import (BIN, CHP, ENGINES, MARK, ROOT, STATE, USER, marked_processes, stop_hub, wait_for_hub,
+                         write_config)
 
 
 @pytest.fixture
@@ -39,15 +38,5 @@ def hub():
         own = {p.pid for p in marked_processes(mark)}  # the hub and its proxy, before any spawn
         yield types.SimpleNamespace(url=url, user=USER, password=password, mark=mark, own=own)
     finally:
-        proc.terminate()  # the hub stops the servers it spawned, then its proxy
-        try:
-            proc.wait(STOP_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(STOP_S)
-        _, alive = psutil.wait_procs(marked_processes(mark), timeout=STOP_S)
-        left = describe(alive)
-        for p in alive:
-            p.kill()
-        psutil.wait_procs(alive, timeout=STOP_S)
+        left = stop_hub(proc, mark)
         assert not left, f"processes outlived the hub (now killed): {left}; see {log}"

@@ -74,14 +74,36 @@ def describe(procs: list[psutil.Process]) -> list[str]:
     return out
 
 
+def write_lab_settings(folder: pathlib.Path) -> pathlib.Path:
+    """LAB_SETTINGS as JupyterLab's settings folder (JUPYTERLAB_SETTINGS_DIR); the folder."""
+    for name, values in LAB_SETTINGS.items():
+        path = folder / "@jupyterlab" / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    return folder
+
+
+def stop_hub(hub: subprocess.Popen, mark: str) -> list[str]:
+    """Stop the hub (it stops the servers it spawned, then its proxy), then kill whatever process
+    it started is still alive after STOP_S; 'pid name' of each one that was."""
+    hub.terminate()
+    try:
+        hub.wait(STOP_S)
+    except subprocess.TimeoutExpired:
+        hub.kill()
+        hub.wait(STOP_S)
+    _, alive = psutil.wait_procs(marked_processes(mark), timeout=STOP_S)
+    left = describe(alive)
+    for p in alive:
+        p.kill()
+    psutil.wait_procs(alive, timeout=STOP_S)
+    return left
+
+
 def write_config(state: pathlib.Path, port: int, password: str, mark: str) -> pathlib.Path:
     """The test's config: the sample, then the test's overrides."""
     home = state / "home"
-    settings = state / "lab-settings"
-    for name, values in LAB_SETTINGS.items():
-        path = settings / "@jupyterlab" / f"{name}.jupyterlab-settings"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(values))
+    settings = write_lab_settings(state / "lab-settings")
     (home / USER).mkdir(parents=True, exist_ok=True)
     args = ["--allow-root"] if os.geteuid() == 0 else []  # jupyter-server refuses root without it
     # The lab's checkpoints go under _build, not next to the stored lab.

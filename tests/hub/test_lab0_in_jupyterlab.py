@@ -109,6 +109,18 @@ def wait_for_the_end(page, n_cells: int) -> dict[str, list[str]]:
     }
 
 
+def run_to_setup(page, setup_cell: int) -> None:
+    """Clear the outputs, then run the cells one by one (Shift+Enter), as a learner does, up to
+    the set-up cell, and wait until it shows a running cluster."""
+    clear_outputs(page)
+    page.locator(CELLS).first.locator(".jp-InputPrompt").click()
+    for _ in range(setup_cell + 1):
+        page.keyboard.press("Shift+Enter")
+    page.wait_for_function(
+        "i => document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')[i]"
+        ".innerText.includes('<Cluster running')", arg=setup_cell, timeout=RUN_S * 1000, polling=500)
+
+
 def shut_down_kernel_and_server(page, hub) -> None:
     """Kernel > Shut Down Kernel, then Stop My Server on the hub's home page."""
     menu(page, "Kernel", "kernelmenu:shutdown")
@@ -211,14 +223,7 @@ def test_a_killed_kernels_cluster_goes_while_hub_and_server_stay_and_the_lab_run
     kernel died, and Kernel > Restart Kernel and Run All Cells runs the lab to its end."""
     lab, stored, expected, cells, setup_cell = the_lab()
     with learners_page(hub) as page:
-        clear_outputs(page)
-        # The learner runs the cells one by one (Shift+Enter) up to the set-up cell.
-        page.locator(CELLS).first.locator(".jp-InputPrompt").click()
-        for _ in range(setup_cell + 1):
-            page.keyboard.press("Shift+Enter")
-        page.wait_for_function(
-            "i => document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')[i]"
-            ".innerText.includes('<Cluster running')", arg=setup_cell, timeout=RUN_S * 1000, polling=500)
+        run_to_setup(page, setup_cell)
 
         kernel, server = the_one(hub.mark, "ipykernel_launcher"), the_one(hub.mark, "jupyterhub-singleuser")
         cluster = Watched(kernel)

@@ -10,14 +10,14 @@ import subprocess
 import sys
 import types
 
-import psutil
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "hub"))  # the local hub's helpers
 
 from chromium import CHROMIUM  # noqa: E402
 from dplab.cluster.network import free_port, interface_address  # noqa: E402
-from hub_process import BIN, CHP, LAB_SETTINGS, MARK, ROOT, STOP_S, describe, marked_processes, wait_for_hub  # noqa: E402
+from hub_process import (BIN, CHP, MARK, ROOT, marked_processes, stop_hub, wait_for_hub,  # noqa: E402
+                         write_lab_settings)
 
 from slurm_hub import ENGINES, IFACE, SAMPLE, STATE, USER, jobs  # noqa: E402
 
@@ -43,11 +43,7 @@ def learner():
 
 def write_config(port: int, password: str, mark: str, culler: str | None) -> pathlib.Path:
     """The sample, then the test's overrides: its own addresses, authenticator and state."""
-    settings = STATE / "lab-settings"
-    for name, values in LAB_SETTINGS.items():
-        path = settings / "@jupyterlab" / f"{name}.jupyterlab-settings"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(__import__("json").dumps(values))
+    settings = write_lab_settings(STATE / "lab-settings")
     checkpoints = STATE / "checkpoints"
     checkpoints.mkdir(exist_ok=True)
     shutil.chown(checkpoints, USER, USER)
@@ -124,17 +120,7 @@ def slurm_hub(learner, request):
         yield types.SimpleNamespace(url=url, user=USER, password=password, mark=mark, log=log,
                                     own={p.pid for p in marked_processes(mark)})
     finally:
-        proc.terminate()  # the hub stops the servers it spawned (cleanup_servers: scancel), then its proxy
-        try:
-            proc.wait(STOP_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(STOP_S)
-        _, alive = psutil.wait_procs(marked_processes(mark), timeout=STOP_S)
-        left = describe(alive)
-        for p in alive:
-            p.kill()
-        psutil.wait_procs(alive, timeout=STOP_S)
+        left = stop_hub(proc, mark)  # with cleanup_servers, the hub cancels its servers' jobs
         leftover_jobs = jobs()
         for job in leftover_jobs:
             subprocess.run(["scancel", job.split()[0]], timeout=30)

@@ -19,8 +19,8 @@ from chromium import CHROMIUM, CHROMIUM_ARGS
 from slurm_hub import ENGINES, STATE, job_processes, jobs, mpich_files
 from hub_process import STOP_S, command_lines, marked_processes
 from kernels import Watched, running
-from test_lab0_in_jupyterlab import (CELLS, DEAD_S, RUN_S, STEP_MS, assert_ok_lines, clear_outputs,
-                                     cluster_id_of, menu, the_lab, the_one, wait_for_the_end)
+from test_lab0_in_jupyterlab import (DEAD_S, STEP_MS, assert_ok_lines, cluster_id_of, menu, run_to_setup,
+                                     the_lab, the_one, wait_for_the_end)
 
 SPAWN_S = 120  # sbatch, the job's start on its node, and the server's first answer
 SETUP = r"<Cluster running: (\d+) MPI engines on (\d+) nodes? of this SLURM job, backend=(\w+), device=(\w+)>"
@@ -99,17 +99,6 @@ def assert_nothing_left(hub, shm_before: list[str], within: float = STOP_S) -> N
     raise AssertionError(f"left {within} s after the server stopped: {left}; see {hub.log}")
 
 
-def run_to_setup(page, setup_cell: int) -> None:
-    """The learner runs the cells one by one (Shift+Enter) up to the set-up cell."""
-    clear_outputs(page)
-    page.locator(CELLS).first.locator(".jp-InputPrompt").click()
-    for _ in range(setup_cell + 1):
-        page.keyboard.press("Shift+Enter")
-    page.wait_for_function(
-        "i => document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')[i]"
-        ".innerText.includes('<Cluster running')", arg=setup_cell, timeout=RUN_S * 1000, polling=500)
-
-
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_lab0_runs_in_the_learners_slurm_job_with_its_engines_on_the_jobs_nodes(slurm_hub, nodes):
     hub, shm = slurm_hub, mpich_files()
@@ -139,27 +128,17 @@ def test_lab0_runs_in_the_learners_slurm_job_with_its_engines_on_the_jobs_nodes(
     assert re.search(r"Notebook server job \d+ started at 10\.", hub.log.read_text())
 
 
-@pytest.mark.parametrize("slurm_hub", [{"DPLAB_HUB_NODES": "1,2,3"}], indirect=True)
-def test_a_request_the_partition_cannot_hold_fails_before_sbatch_and_says_why(slurm_hub):
+@pytest.mark.parametrize("slurm_hub, nodes, reason", [
+    ({"DPLAB_HUB_NODES": "1,2,3"}, 3, "3 nodes asked for, but partition 'debug' has 2: choose fewer"),
+    ({"DPLAB_HUB_PARTITION": "gpu-a100"}, 1, "unknown partition 'gpu-a100': this cluster has debug"),
+], indirect=["slurm_hub"], ids=["too-many-nodes", "unknown-partition"])
+def test_a_request_the_cluster_cannot_hold_fails_before_sbatch_and_says_why(slurm_hub, nodes, reason):
     hub = slurm_hub
     with browser_page() as page:
         log_in(page, hub)
-        assert page.locator("#nodes option").all_inner_texts() == ["1 node", "2 nodes", "3 nodes"]
-        page.select_option("#nodes", "3")
+        page.select_option("#nodes", str(nodes))
         page.click("input[type=submit], button[type=submit]")
-        page.wait_for_selector("text=3 nodes asked for, but partition 'debug' has 2: choose fewer")
-        assert jobs() == []
-    assert "Job submitted" not in hub.log.read_text()
-
-
-@pytest.mark.parametrize("slurm_hub", [{"DPLAB_HUB_PARTITION": "gpu-a100"}], indirect=True)
-def test_an_unknown_partition_fails_before_sbatch_and_names_the_ones_there_are(slurm_hub):
-    hub = slurm_hub
-    with browser_page() as page:
-        log_in(page, hub)
-        page.select_option("#nodes", "1")
-        page.click("input[type=submit], button[type=submit]")
-        page.wait_for_selector("text=unknown partition 'gpu-a100': this cluster has debug")
+        page.wait_for_selector(f"text={reason}")
         assert jobs() == []
     assert "Job submitted" not in hub.log.read_text()
 
@@ -177,14 +156,14 @@ def test_the_idle_culler_stops_an_idle_server_and_its_job_kernel_and_engines_go(
         assert len(engines_of(hub.mark)) == ENGINES
         assert the_one(hub.mark, "ipykernel_launcher")
     t0 = time.monotonic()  # the learner closed the browser: idle from now
-    deadline = t0 + 120
-    while jobs() and time.monotonic() < deadline:
+    deleted = re.compile(rf"DELETE /hub/api/users/{hub.user}/server \(idle-culler@")  # logged once stopped
+    while (jobs() or not deleted.search(hub.log.read_text())) and time.monotonic() < t0 + 120:
         time.sleep(1)
     assert jobs() == [], f"the idle server's job still runs {time.monotonic() - t0:.0f} s later"
     print(f"\nidle server culled, its job gone {time.monotonic() - t0:.0f} s after the browser closed")
     log = hub.log.read_text()
     assert re.search(rf"Culling server {hub.user} \(inactive for", log), "the culler did not say it culled"
-    assert re.search(rf"DELETE /hub/api/users/{hub.user}/server \(idle-culler@", log), "the culler stopped nothing"
+    assert deleted.search(log), "the culler's request to stop the server did not end"
     assert_nothing_left(hub, shm)
 
 
