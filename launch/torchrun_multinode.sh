@@ -10,7 +10,8 @@ agent() {
   torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d \
     --rdzv-endpoint "$head:$port" --rdzv-id "job-$port" launch/train.py
 }
-trap 'status=$?; kill $(jobs -p) 2>/dev/null || :; exit $status' EXIT  # a failed agent must not leave the other waiting
+# An agent that fails must not leave the other one waiting.
+trap 'status=$?; kill $(jobs -p) 2>/dev/null || :; exit $status' EXIT
 agent &  # node 0
 agent &  # node 1
 wait -n && wait -n  # fails if either agent fails

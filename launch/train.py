@@ -55,7 +55,7 @@ def main() -> None:
     print(f"rank {rank}/{world_size} local_rank {local_rank} node {node} "
           f"{fingerprint(model)}", flush=True)
     if distributed:
-        dist.barrier()  # no rank tears down its Gloo pairs while another still uses them
+        dist.barrier()  # no rank tears down Gloo pairs that another still uses
         dist.destroy_process_group()
 
 
