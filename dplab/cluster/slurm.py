@@ -352,8 +352,7 @@ class AllocationCluster(SlurmCluster):
 
     def __init__(self, settings: Settings, slurm: SlurmSettings, hosts: list[str], init_torch: bool = True):
         super().__init__(settings, slurm, init_torch=init_torch)
-        self.hosts = hosts
-        self.job_id = None  # the job is the notebook's: stopping the engines must not cancel it
+        self.hosts = hosts  # job_id stays None: the job is the notebook's, and stop() must not cancel it
 
     def _ipp_cluster(self):
         """ipyparallel's MPI launcher, with mpiexec told which nodes of the job to use, and how many ranks each."""

@@ -1,16 +1,13 @@
 """The `hub` fixture: a running JupyterHub that stops with every process it started, whatever happens."""
-import os
 import secrets
 import shutil
-import subprocess
 import types
 
 import pytest
 
 from dplab.cluster.network import free_port
 from chromium import CHROMIUM
-from hub_process import (BIN, CHP, ENGINES, MARK, ROOT, STATE, USER, marked_processes, stop_hub, wait_for_hub,
-                         write_config)
+from hub_process import CHP, ENGINES, STATE, USER, marked_processes, start_hub, stop_hub, write_config
 
 
 @pytest.fixture
@@ -25,16 +22,9 @@ def hub():
     mark, password = secrets.token_hex(8), secrets.token_hex(8)
     port = free_port()
     config = write_config(STATE, port, password, mark)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
-    env.update({MARK: mark, "DPLAB_HUB_ENGINES": str(ENGINES), "PYTHONPATH": str(ROOT),
-                "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}"})
     log = STATE / "jupyterhub.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([str(BIN / "jupyterhub"), "-f", str(config)], cwd=STATE, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+    proc, url = start_hub(config, mark, port, log, {"DPLAB_HUB_ENGINES": str(ENGINES)})
     try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for_hub(url, proc, log)
         own = {p.pid for p in marked_processes(mark)}  # the hub and its proxy, before any spawn
         yield types.SimpleNamespace(url=url, user=USER, password=password, mark=mark, own=own)
     finally:

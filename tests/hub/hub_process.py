@@ -100,6 +100,44 @@ def stop_hub(hub: subprocess.Popen, mark: str) -> list[str]:
     return left
 
 
+def hub_overrides(state: pathlib.Path, port: int, hub_ip: str, password: str, user: str) -> dict:
+    """What every test hub sets: the browser's port on 127.0.0.1, the hub's API on `hub_ip` (where
+    the servers reach it), the proxy, the hub's state in `state`, and one user with a password."""
+    return {
+        "JupyterHub.bind_url": f"http://127.0.0.1:{port}",
+        "JupyterHub.hub_bind_url": f"http://{hub_ip}:{free_port(hub_ip)}",
+        "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{free_port()}",
+        "ConfigurableHTTPProxy.command": [str(CHP)],
+        "ConfigurableHTTPProxy.pid_file": str(state / "proxy.pid"),
+        "JupyterHub.db_url": f"sqlite:///{state / 'jupyterhub.sqlite'}",
+        "JupyterHub.cookie_secret_file": str(state / "cookie_secret"),
+        "JupyterHub.authenticator_class": "dummy",
+        "DummyAuthenticator.password": password,
+        "Authenticator.allowed_users": {user},
+    }
+
+
+def start_hub(config: pathlib.Path, mark: str, port: int, log: pathlib.Path,
+              settings: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """Run jupyterhub with `config`, in its folder, its output in `log`. Its environment is this
+    process's without DPLAB_* and UCX_TLS (tools/slurm/start.sh's env.sh sets it for ranks on
+    different nodes; it breaks MPI on loopback), plus MARK=mark, the venv first on PATH and the
+    hub's `settings`. Its process and url once it answers; stop it with stop_hub."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_") and k != "UCX_TLS"}
+    env.update({MARK: mark, "PYTHONPATH": str(ROOT), "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+                **settings})
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(BIN / "jupyterhub"), "-f", str(config)], cwd=config.parent, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_hub(url, proc, log)
+    except BaseException:
+        stop_hub(proc, mark)
+        raise
+    return proc, url
+
+
 def write_config(state: pathlib.Path, port: int, password: str, mark: str) -> pathlib.Path:
     """The test's config: the sample, then the test's overrides."""
     home = state / "home"
@@ -109,16 +147,7 @@ def write_config(state: pathlib.Path, port: int, password: str, mark: str) -> pa
     # The lab's checkpoints go under _build, not next to the stored lab.
     args.append(f"--FileCheckpoints.root_dir={state / 'checkpoints'}")
     overrides = {
-        "JupyterHub.bind_url": f"http://127.0.0.1:{port}",
-        "JupyterHub.hub_bind_url": f"http://127.0.0.1:{free_port()}",
-        "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{free_port()}",
-        "ConfigurableHTTPProxy.command": [str(CHP)],
-        "ConfigurableHTTPProxy.pid_file": str(state / "proxy.pid"),
-        "JupyterHub.db_url": f"sqlite:///{state / 'jupyterhub.sqlite'}",
-        "JupyterHub.cookie_secret_file": str(state / "cookie_secret"),
-        "JupyterHub.authenticator_class": "dummy",
-        "DummyAuthenticator.password": password,
-        "Authenticator.allowed_users": {USER},
+        **hub_overrides(state, port, "127.0.0.1", password, USER),
         "JupyterHub.spawner_class": "simple",
         "SimpleLocalProcessSpawner.home_dir_template": str(home / "{username}"),
         "Spawner.notebook_dir": str(ROOT),

@@ -71,15 +71,25 @@ def the_lab():
     return lab, hashlib.sha256(lab.read_bytes()).hexdigest(), expected, cells, setup_cell
 
 
-def log_in_and_open_the_lab(page, hub) -> None:
+def log_in(page, hub, landing: str, timeout_ms: int = STEP_MS) -> None:
+    """Log in on the hub's login page, and wait for the page whose url matches `landing`."""
     page.set_default_timeout(STEP_MS)
     page.goto(f"{hub.url}/hub/login")
     page.fill("#username_input", hub.user)
     page.fill("#password_input", hub.password)
     page.click("#login_submit")
-    page.wait_for_url(re.compile(rf"/user/{hub.user}/lab"))  # the spawn went through
+    page.wait_for_url(re.compile(landing), timeout=timeout_ms)
+
+
+def open_the_lab(page, hub) -> None:
+    """Open Lab 0 in the learner's JupyterLab, and wait until its kernel is idle."""
     page.goto(f"{hub.url}/user/{hub.user}/lab/tree/{LAB}")
     page.wait_for_selector(".jp-NotebookPanel:visible .jp-Notebook-ExecutionIndicator[data-status='idle']")
+
+
+def log_in_and_open_the_lab(page, hub) -> None:
+    log_in(page, hub, rf"/user/{hub.user}/lab")  # the spawn went through
+    open_the_lab(page, hub)
 
 
 def clear_outputs(page) -> None:

@@ -16,10 +16,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "hub"))  # 
 
 from chromium import CHROMIUM  # noqa: E402
 from dplab.cluster.network import free_port, interface_address  # noqa: E402
-from hub_process import (BIN, CHP, MARK, ROOT, marked_processes, stop_hub, wait_for_hub,  # noqa: E402
-                         write_lab_settings)
+from hub_process import (BIN, CHP, MARK, ROOT, hub_overrides, marked_processes, start_hub,  # noqa: E402
+                         stop_hub, write_lab_settings)
 
-from slurm_hub import ENGINES, IFACE, SAMPLE, STATE, USER, jobs  # noqa: E402
+from slurm_hub import ENGINES, IFACE, SAMPLE, STATE, USER  # noqa: E402
+from slurm_jobs import jobs  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -47,19 +48,9 @@ def write_config(port: int, password: str, mark: str, culler: str | None) -> pat
     checkpoints = STATE / "checkpoints"
     checkpoints.mkdir(exist_ok=True)
     shutil.chown(checkpoints, USER, USER)
-    bridge = interface_address(IFACE)  # the compute nodes reach the hub there
-    hub_port = free_port(bridge)
     overrides = {
-        "JupyterHub.bind_url": f"http://127.0.0.1:{port}",
-        "JupyterHub.hub_bind_url": f"http://{bridge}:{hub_port}",
-        "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{free_port()}",
-        "ConfigurableHTTPProxy.command": [str(CHP)],
-        "ConfigurableHTTPProxy.pid_file": str(STATE / "proxy.pid"),
-        "JupyterHub.db_url": f"sqlite:///{STATE / 'jupyterhub.sqlite'}",
-        "JupyterHub.cookie_secret_file": str(STATE / "cookie_secret"),
-        "JupyterHub.authenticator_class": "dummy",
-        "DummyAuthenticator.password": password,
-        "Authenticator.allowed_users": {USER},
+        # The hub's API on the bridge, where the compute nodes reach it.
+        **hub_overrides(STATE, port, interface_address(IFACE), password, USER),
         # The job runs as root, not as the learner: this machine's Python lives under /root,
         # which no other account can read. The learner's account gives the job its HOME (under
         # STATE) and its name; a site's sudo -E -u (batchspawner's default) runs it as the learner.
@@ -107,16 +98,10 @@ def slurm_hub(learner, request):
     culler = params.pop("culler", None)
     mark, password, port = secrets.token_hex(8), secrets.token_hex(8), free_port()
     config = write_config(port, password, mark, culler)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_") and k != "UCX_TLS"}
-    env.update({MARK: mark, "DPLAB_HUB_ENGINES": str(ENGINES), "DPLAB_HUB_IFACE": IFACE, "DPLAB_HUB_NODES": "1,2",
-                "PYTHONPATH": str(ROOT), "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", **params})
     log = STATE / f"jupyterhub-{request.node.name}.log".replace("[", "-").replace("]", "")
-    with open(log, "w") as out:
-        proc = subprocess.Popen([str(BIN / "jupyterhub"), "-f", str(config)], cwd=STATE, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+    settings = {"DPLAB_HUB_ENGINES": str(ENGINES), "DPLAB_HUB_IFACE": IFACE, "DPLAB_HUB_NODES": "1,2", **params}
+    proc, url = start_hub(config, mark, port, log, settings)
     try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for_hub(url, proc, log)
         yield types.SimpleNamespace(url=url, user=USER, password=password, mark=mark, log=log,
                                     own={p.pid for p in marked_processes(mark)})
     finally:

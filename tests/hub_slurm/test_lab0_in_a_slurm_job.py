@@ -16,11 +16,12 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from chromium import CHROMIUM, CHROMIUM_ARGS
-from slurm_hub import ENGINES, STATE, job_processes, jobs, mpich_files
+from slurm_hub import ENGINES, STATE, mpich_files
+from slurm_jobs import job_processes, jobs
 from hub_process import STOP_S, command_lines, marked_processes
 from kernels import Watched, running
-from test_lab0_in_jupyterlab import (DEAD_S, STEP_MS, assert_ok_lines, cluster_id_of, menu, run_to_setup,
-                                     the_lab, the_one, wait_for_the_end)
+from test_lab0_in_jupyterlab import (DEAD_S, assert_ok_lines, cluster_id_of, log_in, menu, open_the_lab,
+                                     run_to_setup, the_lab, the_one, wait_for_the_end)
 
 SPAWN_S = 120  # sbatch, the job's start on its node, and the server's first answer
 SETUP = r"<Cluster running: (\d+) MPI engines on (\d+) nodes? of this SLURM job, backend=(\w+), device=(\w+)>"
@@ -34,8 +35,7 @@ def host_of(pid: int) -> str:
 
 def job_nodes() -> list[str]:
     """The nodes of the one job SLURM lists: the learner's server."""
-    (job,) = jobs()
-    nodelist = job.split()[-1]
+    (nodelist,) = jobs("%N")
     return subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
                           check=True, timeout=30).stdout.split()
 
@@ -45,22 +45,20 @@ def engines_of(mark: str) -> list[psutil.Process]:
     return [p for p in marked_processes(mark) if p.cmdline()[1:3] == ["-m", "ipyparallel.engine"]]
 
 
-def log_in(page, hub) -> None:
-    page.set_default_timeout(STEP_MS)
-    page.goto(f"{hub.url}/hub/login")
-    page.fill("#username_input", hub.user)
-    page.fill("#password_input", hub.password)
-    page.click("#login_submit")
-    page.wait_for_url(re.compile(r"/hub/spawn"))  # the spawn form: how many nodes
-
-
 def spawn(page, hub, nodes: int) -> None:
-    """Choose `nodes` on the spawn form, wait for the server's job to run, open Lab 0."""
+    """Log in, choose `nodes` on the spawn form, wait for the server's job to run, open Lab 0."""
+    log_in(page, hub, r"/hub/spawn")  # the spawn form: how many nodes
     page.select_option("#nodes", str(nodes))
     page.click("input[type=submit], button[type=submit]")
     page.wait_for_url(re.compile(rf"/user/{hub.user}/lab"), timeout=SPAWN_S * 1000)
-    page.goto(f"{hub.url}/user/{hub.user}/lab/tree/labs/00_meet_your_workers.ipynb")
-    page.wait_for_selector(".jp-NotebookPanel:visible .jp-Notebook-ExecutionIndicator[data-status='idle']")
+    open_the_lab(page, hub)
+
+
+def run_on_two_nodes(page, hub) -> None:
+    """Spawn a server of 2 nodes and run Lab 0 up to its set-up cell: engines on both nodes."""
+    spawn(page, hub, 2)
+    run_to_setup(page, the_lab()[-1])
+    assert {host_of(p.pid) for p in engines_of(hub.mark)} == {"node1", "node2"}
 
 
 @contextlib.contextmanager
@@ -104,7 +102,6 @@ def test_lab0_runs_in_the_learners_slurm_job_with_its_engines_on_the_jobs_nodes(
     hub, shm = slurm_hub, mpich_files()
     lab, stored, expected, cells, setup_cell = the_lab()
     with browser_page() as page:
-        log_in(page, hub)
         spawn(page, hub, nodes)
         held = job_nodes()
         assert len(held) == nodes, held
@@ -135,7 +132,7 @@ def test_lab0_runs_in_the_learners_slurm_job_with_its_engines_on_the_jobs_nodes(
 def test_a_request_the_cluster_cannot_hold_fails_before_sbatch_and_says_why(slurm_hub, nodes, reason):
     hub = slurm_hub
     with browser_page() as page:
-        log_in(page, hub)
+        log_in(page, hub, r"/hub/spawn")
         page.select_option("#nodes", str(nodes))
         page.click("input[type=submit], button[type=submit]")
         page.wait_for_selector(f"text={reason}")
@@ -148,11 +145,8 @@ def test_the_idle_culler_stops_an_idle_server_and_its_job_kernel_and_engines_go(
     """jupyterhub-idle-culler as a hub service: 20 s after the learner's last activity (the server
     reports it every 5 s; a busy kernel or an open JupyterLab counts), it stops the server."""
     hub, shm = slurm_hub, mpich_files()
-    _, _, _, _, setup_cell = the_lab()
     with browser_page() as page:
-        log_in(page, hub)
-        spawn(page, hub, 2)
-        run_to_setup(page, setup_cell)
+        run_on_two_nodes(page, hub)
         assert len(engines_of(hub.mark)) == ENGINES
         assert the_one(hub.mark, "ipykernel_launcher")
     t0 = time.monotonic()  # the learner closed the browser: idle from now
@@ -172,13 +166,9 @@ def test_a_killed_kernel_in_the_job_leaves_nothing_and_the_server_stays(slurm_hu
     within DEAD_S nothing of the cluster is left, the server and its job run on; then Stop My
     Server leaves nothing at all."""
     hub, shm = slurm_hub, mpich_files()
-    _, _, _, _, setup_cell = the_lab()
     with browser_page() as page:
-        log_in(page, hub)
-        spawn(page, hub, 2)
-        run_to_setup(page, setup_cell)
+        run_on_two_nodes(page, hub)
         kernel, server = the_one(hub.mark, "ipykernel_launcher"), the_one(hub.mark, "jupyterhub-singleuser")
-        assert {host_of(p.pid) for p in engines_of(hub.mark)} == {"node1", "node2"}
         cluster = Watched(kernel)
         cluster.record(cluster_id_of(hub.mark))
         os.kill(kernel.pid, signal.SIGKILL)

@@ -7,7 +7,6 @@ DPLAB_IFACE is the name the bridge and every node's end of its link share."""
 import contextlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,13 +18,13 @@ import psutil
 import pytest
 
 from recipes import ROOT, check_training, environment, rank_lines, run
+from slurm_jobs import job_processes, jobs
 from sockets import is_loopback, listening
 
 NODES = ["node1", "node2"]
 # The interface the nodes share (DPLAB_IFACE, required across nodes): start.sh's env.sh says.
 IFACE = os.environ.get("DPLAB_SLURM_IFACE", "")
 SLURM_DIR = os.environ.get("DPLAB_SLURM_DIR", "")  # read now: conftest clears DPLAB_* for each test
-SQUEUE = shutil.which("squeue") or "squeue"  # found before a test empties PATH
 LIMIT_S = 10  # issue 28: a dead kernel's cluster, job included, is gone within 10 s
 
 
@@ -52,27 +51,6 @@ REQUIRED = bool(os.environ.get("DPLAB_SLURM_DIR"))
 pytestmark = pytest.mark.skipif(REASON is not None and not REQUIRED, reason=REASON or "")
 
 
-def our_jobs() -> list[str]:
-    """Jobs squeue lists (the private cluster runs only ours)."""
-    out = subprocess.run([SQUEUE, "-h", "-o", "%i %j %T"], capture_output=True, text=True, timeout=10)
-    return out.stdout.split("\n")[:-1]
-
-
-def job_processes() -> list[str]:
-    """Live processes of SLURM jobs on this cluster (tasks, engines, torchrun agents)."""
-    found = []
-    for proc in psutil.process_iter(["name", "status"]):
-        try:
-            if proc.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            env = proc.environ()
-            if "SLURM_JOB_ID" in env and env.get("SLURM_CONF") == os.environ["SLURM_CONF"]:
-                found.append(f"{proc.pid} {proc.info['name']} job {env['SLURM_JOB_ID']}")
-        except psutil.Error:
-            continue
-    return found
-
-
 @pytest.fixture(autouse=True)
 def nothing_left(leaves_nothing):
     """After each test: no job in squeue, no process of a job, nothing this test started."""
@@ -80,9 +58,9 @@ def nothing_left(leaves_nothing):
         pytest.fail(REASON)
     yield
     deadline = time.monotonic() + 20
-    while (our_jobs() or job_processes()) and time.monotonic() < deadline:
+    while (jobs() or job_processes()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert our_jobs() == []
+    assert jobs() == []
     assert job_processes() == []
 
 
@@ -139,7 +117,7 @@ def test_bad_requests_fail_before_anything_is_submitted(monkeypatch):
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # no SLURM commands
     with pytest.raises(ClusterError, match="sbatch not found on PATH"):
         dplab.start_cluster(2, launcher="slurm", nodes=2)
-    assert our_jobs() == []
+    assert jobs() == []
 
 
 def test_engines_across_two_nodes_join_one_process_group_and_stop_with_their_job():
@@ -152,7 +130,7 @@ def test_engines_across_two_nodes_join_one_process_group_and_stop_with_their_job
         assert [(i.rank, i.local_rank, i.host) for i in cluster.ranks] == [
             (0, 0, "node1"), (1, 1, "node1"), (2, 0, "node2"), (3, 1, "node2")]
         job = cluster.job_id
-        assert any(line.startswith(f"{job} ") and line.endswith(" RUNNING") for line in our_jobs())
+        assert any(line.startswith(f"{job} ") and line.endswith(" RUNNING") for line in jobs())
         cluster.view.execute("import torch, torch.distributed as dist\n"
                              "t = torch.tensor([rank + 1.0]); dist.all_reduce(t); s = t.item()")
         assert cluster.view["s"] == [10.0] * 4
@@ -161,7 +139,7 @@ def test_engines_across_two_nodes_join_one_process_group_and_stop_with_their_job
               f"{ready:.1f} s after the call")
     finally:
         cluster.stop()
-    assert our_jobs() == []
+    assert jobs() == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=lambda s: s.name)
@@ -175,14 +153,14 @@ def test_a_dead_kernels_slurm_job_is_cancelled_and_its_processes_end(sig):
     try:
         learner.start(f"dplab.start_cluster(2, launcher='slurm', nodes=2, iface={IFACE!r})")
         name = f"dplab-engines-{learner.cluster_id}"
-        ((job, *rest),) = [line.split() for line in our_jobs()]
+        ((job, *rest),) = [line.split() for line in jobs()]
         assert rest == [name, "RUNNING"]
         os.kill(learner.kernel.pid, sig)
         t0 = time.monotonic()
         seconds = learner.gone_within(LIMIT_S)
-        while our_jobs() and time.monotonic() - t0 < LIMIT_S:
+        while jobs() and time.monotonic() - t0 < LIMIT_S:
             time.sleep(0.1)
-        assert our_jobs() == [] and job_processes() == []
+        assert jobs() == [] and job_processes() == []
         # Cancelled, not merely ended by the guardian's kills on this host: on a real cluster
         # most of the job runs on other nodes, out of its reach. slurmctld logs each scancel.
         log = Path(os.environ["SLURM_CONF"]).with_name("log").joinpath("slurmctld.log").read_text()
@@ -292,7 +270,7 @@ def test_no_controller_answering_says_so_and_what_to_set(tmp_path, monkeypatch):
         assert "getaddrinfo" not in text and seconds < COMMAND_TIMEOUT_S + 5, (seconds, text)
         print(f"\n{path.name}: {seconds:.1f} s: {text}")
     monkeypatch.setenv("SLURM_CONF", real)
-    assert our_jobs() == []
+    assert jobs() == []
 
 
 FAULT_LIMIT_S = 30  # issue 30: the notebook hears which node failed within this
@@ -414,7 +392,7 @@ def test_a_node_that_never_comes_up_fails_the_start_and_leaves_no_job():
     text = str(e.value)
     assert seconds <= START_TIMEOUT_S + 15 and "node2" in text, (seconds, text)
     deadline = time.monotonic() + 20
-    while our_jobs() and time.monotonic() < deadline:
+    while jobs() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert our_jobs() == []
+    assert jobs() == []
     print(f"\nnode2 never came up: start_cluster failed after {seconds:.0f} s: {text.splitlines()[0]}")
