@@ -29,6 +29,9 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from dplab import solutions  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"^#\|\s*export:\s*([A-Za-z_]\w*)\s*$")
 HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$", flags=re.M)
@@ -67,7 +70,7 @@ def read_lab(path: Path) -> list[Cell]:
     for index, cell in enumerate(json.loads(path.read_text())["cells"]):
         src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
         if cell["cell_type"] == "code":
-            src = _without_magics(src)
+            src = _without_magics(solutions.strip_markers(src))  # the book's code, without them
         cells.append(Cell(cell["cell_type"], src, f"{path.name} cell {index}"))
     return cells
 

@@ -141,6 +141,9 @@ def page_problems(context, base: str, html: Path, page_path: str, shots: Path | 
         problems += [f"raw TeX {t['tex']!r} in text {t['text']!r} (section #{t['section']})"
                      for t in page.evaluate(RAW_TEX_JS)]
         problems += [f"image did not load: {src}" for src in page.evaluate(IMAGES_JS)]
+        problems += [f"a lab's solution marker shown: {line.strip()!r}" for line in
+                     page.inner_text("body").splitlines() if "### BEGIN SOLUTION" in line
+                     or "### END SOLUTION" in line]  # for make student only (_ext/solution_markers.py)
         for url, text in page.evaluate(LINKS_JS):
             why = broken_link(url, base, html)
             if why:
@@ -168,7 +171,8 @@ BROKEN_PAGE = """<!DOCTYPE html><html><head>
 <body class="body"><section id="s"><p>Raw \\(x^2\\)</p><p>$$y$$</p><p>\\frac12</p>
 <p><span class="math">\\(a + b\\)</span> <span class="math">\\(x^2^3\\)</span></p>
 <img src="missing.png"><a href="other.html#nowhere">a</a> <a href="gone.html">b</a>
-<div class="highlight-python"><div class="highlight"><pre style="overflow:auto">__CODE__</pre></div></div>
+<div class="highlight-python"><div class="highlight"><pre style="overflow:auto">__CODE__
+### BEGIN SOLUTION: hint</pre></div></div>
 <script>console.error("boom"); undefinedFunction();</script></section></body></html>"""
 
 
@@ -183,6 +187,6 @@ def test_checks_catch_what_they_look_for(tmp_path, book_dir, browser_context):
                      "raw TeX '\\\\frac'", "TeX error from MathJax", "image did not load: missing.png",
                      "no id 'nowhere' in other.html", "no file gone.html", "HTTP 404",
                      "console error: boom", "page error: undefinedFunction is not defined",
-                     "code wider than its box"]:
+                     "code wider than its box", "a lab's solution marker shown"]:
         assert expected in text, f"{expected!r} not reported in:\n{text}"
     assert "math not typeset" not in text, text  # a + b was typeset
