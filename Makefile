@@ -12,7 +12,7 @@ export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: setup venv book test test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-slurm \
-	test-hub test-hub-slurm bench bench-nodes labs clean
+	test-hub test-hub-slurm student grade test-student bench bench-nodes labs clean
 
 setup: $(STAMP) $(MATHJAX)
 
@@ -50,7 +50,8 @@ NBVAL := $(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-
 OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 DPLAB_THREADS=2
 
 test-kit: setup
-	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/browser --ignore=tests/hub --ignore=tests/hub_slurm tests
+	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/browser --ignore=tests/hub --ignore=tests/hub_slurm \
+		--ignore=tests/student tests
 
 # The stored outputs are the CPU's ("device cpu", bf16 autocast, ...): on a GPU machine the nbval
 # passes still run on the CPU, and `make test-gpu` checks the GPU.
@@ -61,9 +62,11 @@ test-labs: setup
 test-labs-other-cpu: setup
 	$(UNSET_DPLAB) DPLAB_DEVICE=cpu $(OTHER_CPU) $(NBVAL) labs
 
-# Every lab at p = 1 and p = 3, asserts only (stored outputs are those of p = 4).
+# Every lab at p = 1 and p = 3, asserts only (stored outputs are those of p = 4). ANY_P="1" runs
+# p = 1 alone: .ci/run does, because make test-student runs every lab at p = 3, every cell.
+ANY_P ?= 1 3
 test-any-p: venv
-	$(UNSET_DPLAB) $(BIN)/python tools/run_labs.py --any-p
+	$(UNSET_DPLAB) $(BIN)/python tools/run_labs.py $(foreach q,$(ANY_P),--setting p=$(q):DPLAB_ENGINES=$(q))
 
 # Every lab on a GPU, asserts only: NCCL with one engine per GPU, and 4 engines sharing GPU 0 on gloo.
 # With no GPU it says so and exits non-zero before starting anything.
@@ -90,6 +93,27 @@ test-hub-slurm: setup
 test-hub: setup
 	tools/hub/install.sh $(BIN)/python
 	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider -rs tests/hub
+
+# Instructor mode (README, "Teaching with the book"). nbgrader, for make student, in the same venv.
+TEACH := $(VENV)/.teach-installed
+$(TEACH): requirements-teach.txt $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-teach.txt
+	touch $@
+
+# The learners' notebooks in _build/student/labs/: each solution region a stub, outputs cleared.
+student: $(TEACH)
+	$(BIN)/python tools/student.py
+
+# Grade one learner's notebook: make grade NB=path/to/02_data_parallel_by_hand.ipynb (the
+# DPLAB_* settings of the shell apply, e.g. DPLAB_ENGINES=2); a score per check.
+grade: venv
+	@[ -n "$(NB)" ] || { echo "make grade: name the learner's notebook, make grade NB=path/to/NN_lab.ipynb" >&2; exit 2; }
+	$(BIN)/python tools/grade.py "$(NB)"
+
+# Every lab's student notebook graded as handed out (2 engines) and with the solutions pasted back
+# (3 engines, every cell); plausible mistakes, failing and hanging ranks, bad input (tests/student).
+test-student: $(TEACH)
+	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider tests/student
 
 # The labs were just executed by nbval; the book build re-runs only the chapters' cells.
 test-book: setup

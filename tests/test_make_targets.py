@@ -16,7 +16,7 @@ def dry_run(target: str, tmp_path) -> str:
     return out.stdout
 
 
-@pytest.mark.parametrize("target", ["test-gpu", "test-any-p"])
+@pytest.mark.parametrize("target", ["test-gpu", "test-any-p", "student", "grade", "test-student"])
 def test_lab_runs_need_only_the_python_venv(target, tmp_path):
     recipe = dry_run(target, tmp_path)
     assert "pip install" in recipe, "the dry run should set up the venv first"

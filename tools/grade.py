@@ -1,0 +1,279 @@
+"""Grade a learner's lab: run it on the engines, bounded in time, and score its checks.
+
+    python tools/grade.py NOTEBOOK [--timeout 900] [--cell-timeout 300] [--json FILE] [--all]
+    make grade NB=NOTEBOOK
+
+The checks are the cells whose nbgrader metadata says `grade: true` (dplab.solutions); each
+scores its points when it runs without an error, as nbgrader's autograder scores code cells.
+Their code comes from the lab of the same name in labs/, so a learner who edits a check is
+graded by the lab's check (the report says so). A failed check is reported with its error and
+the first error in the cells before it, which is usually the cause (a stub's NotImplementedError,
+or the kit's StuckRanksError when ranks hang or die).
+
+The cells run in order, up to the last check (what follows scores nothing; --all runs it too),
+in one kernel in the notebook's folder, with the caller's DPLAB_* settings. A
+cell that runs past --cell-timeout, or past what is left of --timeout, stops the run: the
+kernel is killed, the kit's guardian ends its cluster, and the checks not yet run fail. Nothing
+the run started is left: what is still alive 20 s after the kernel ends is killed and reported.
+Exit status: 0 when every check passed, 1 when one failed, 2 when the notebook cannot be graded.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import nbformat
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from dplab import solutions  # noqa: E402
+
+TIMEOUT_S = 900  # the whole notebook: the slowest lab takes about a minute on a 2-core box
+CELL_TIMEOUT_S = 300
+REAP_S = 20  # the guardian ends a dead kernel's cluster in a few seconds
+
+
+@dataclass
+class Check:
+    grade_id: str
+    points: float
+    cell: int
+    passed: bool = False
+    message: str = "not run"
+    cause: str = ""  # the first error before this check, when it failed
+
+
+@dataclass
+class Report:
+    notebook: str
+    checks: list[Check] = field(default_factory=list)
+    seconds: float = 0.0
+    stopped: str = ""  # why the run ended early, if it did
+    edited: list[str] = field(default_factory=list)  # checks the learner changed
+    errors: list[str] = field(default_factory=list)  # errors in the cells that are not checks
+    left_running: list[str] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return sum(c.points for c in self.checks if c.passed)
+
+    @property
+    def max_score(self) -> float:
+        return sum(c.points for c in self.checks)
+
+
+def first_lines(text: str, n: int = 4, width: int = 400) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()][:n]
+    return "\n".join(lines)[:width]
+
+
+RANK_ERROR = re.compile(r"^\[(\d+):\w+\]\s*(\w+): ?(.*)$")  # ipyparallel's "[1:execute]ValueError: msg"
+
+
+def compact(ename: str, evalue: str) -> str:
+    """One error in a few lines: the ranks' errors of an ipyparallel CompositeError or RemoteError
+    merged, 'NotImplementedError: hint (ranks 0, 1)', else 'Name: the first lines'."""
+    ranks: dict[str, list[str]] = {}
+    for line in evalue.splitlines():
+        m = RANK_ERROR.match(line.strip())
+        if m:
+            ranks.setdefault(f"{m.group(2)}: {m.group(3)}", []).append(m.group(1))
+    if ename in ("CompositeError", "RemoteError") and ranks:
+        return "\n".join(f"{what} (rank{'s' * (len(rs) > 1)} {', '.join(rs)})" for what, rs in ranks.items())
+    return f"{ename}: {first_lines(evalue)}" if evalue.strip() else ename
+
+
+def error_of(cell) -> str:
+    """The cell's error output, compacted; '' if it has none."""
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "error":
+            return compact(out["ename"], out["evalue"])
+    return ""
+
+
+def label(nb, index: int) -> str:
+    gid = solutions.grading(nb.cells[index]).get("grade_id")
+    code_number = sum(c.cell_type == "code" for c in nb.cells[:index + 1])
+    if gid:
+        return f"code cell {code_number} ({gid})"
+    first = next((line.strip() for line in nb.cells[index].source.splitlines()
+                  if line.strip() and not line.lstrip().startswith(("%", "#"))), "")
+    return f"code cell {code_number}" + (f" ({first[:40]}{'…' * (len(first) > 40)})" if first else "")
+
+
+def load(path: Path, source_dir: Path):
+    """The notebook, its checks restored from the lab of the same name, and the checks' names
+    the learner had changed. SystemExit (status 2) when it cannot be graded."""
+    if not path.is_file():
+        raise SystemExit(f"grade: no such notebook: {path}")
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as e:  # nbformat raises several kinds for a file that is not a notebook
+        raise SystemExit(f"grade: {path} is not a notebook ({type(e).__name__}: {e})")
+    lab_path = source_dir / path.name
+    if not lab_path.is_file():
+        raise SystemExit(f"grade: {path.name} is not the name of a lab in {source_dir}: keep the "
+                         "name `make student` gave the notebook")
+    lab = nbformat.read(lab_path, as_version=4)
+    wanted = {solutions.grading(c)["grade_id"]: c for c in lab.cells if solutions.is_check(c)}
+    if not wanted:
+        raise SystemExit(f"grade: the lab {lab_path.name} has no graded check to score")
+    have = {solutions.grading(c).get("grade_id"): c for c in nb.cells if solutions.is_check(c)}
+    missing = sorted(set(wanted) - set(have))
+    if missing:
+        raise SystemExit(f"grade: {path.name} lacks the check cells {', '.join(missing)}: the learner "
+                         "deleted them or their metadata; restore them from `make student`'s copy")
+    edited = []
+    for gid, cell in have.items():
+        if gid in wanted and cell.source != wanted[gid].source:
+            edited.append(gid)
+            cell.source = wanted[gid].source
+        cell.metadata["nbgrader"] = dict(wanted[gid].metadata["nbgrader"]) if gid in wanted else {}
+    return nb, edited
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    return []
+
+
+def grade(path: Path, *, timeout: float = TIMEOUT_S, cell_timeout: float = CELL_TIMEOUT_S,
+          source_dir: Path = ROOT / "labs", run_all: bool = False) -> Report:
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    nb, edited = load(path, source_dir)
+    report = Report(path.name, edited=edited)
+    for i, cell in enumerate(nb.cells):
+        if solutions.is_check(cell):
+            meta = solutions.grading(cell)
+            report.checks.append(Check(meta["grade_id"], meta["points"], i))
+    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
+                            record_timing=False, resources={"metadata": {"path": str(path.resolve().parent)}})
+    seen: dict[int, psutil.Process] = {}
+    t0 = time.monotonic()
+    ran = set()
+    kernel_log = tempfile.TemporaryFile("w+")  # its stderr: shown if it dies
+    last_check = len(nb.cells) if run_all else max(c.cell for c in report.checks)
+    with client.setup_kernel(stderr=kernel_log):
+        kernel_pid = client.km.provisioner.process.pid
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            left = timeout - (time.monotonic() - t0)
+            if left < 1:
+                report.stopped = f"the notebook's time limit ({timeout:g} s) ran out before {label(nb, index)}"
+                break
+            client.timeout = int(min(cell_timeout, left)) or 1
+            try:
+                client.execute_cell(cell, index)
+                ran.add(index)
+            except CellTimeoutError:
+                report.stopped = (f"{label(nb, index)} ran past {client.timeout} s, so the kernel was "
+                                  "killed (do ranks wait for each other for ever?)")
+                cell.outputs.append(nbformat.v4.new_output("error", ename="TimeoutError",
+                                                           evalue=report.stopped, traceback=[]))
+                ran.add(index)
+            except DeadKernelError:
+                kernel_log.seek(0)
+                said = [line for line in kernel_log.read().splitlines() if "without encryption" not in line]
+                said = first_lines("\n".join(said[-5:]), 5)
+                report.stopped = f"the kernel died in {label(nb, index)}" + (f"; it said:\n{said}" if said else "")
+                cell.outputs.append(nbformat.v4.new_output("error", ename="DeadKernelError",
+                                                           evalue=report.stopped, traceback=[]))
+                ran.add(index)
+            finally:
+                seen.update((p.pid, p) for p in descendants(kernel_pid))
+            if report.stopped:
+                client.shutdown_kernel = "immediate"
+                break
+            if index == last_check:
+                break  # what follows scores nothing (timings, plots): not run
+        seen.update((p.pid, p) for p in descendants(kernel_pid))
+    report.seconds = time.monotonic() - t0
+    _, alive = psutil.wait_procs(list(seen.values()), timeout=REAP_S)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            report.left_running.append(p.name())
+            p.kill()
+
+    first_error = ""
+    for index, cell in enumerate(nb.cells):
+        expected = "raises-exception" in cell.metadata.get("tags", [])
+        err = "" if expected or index not in ran else error_of(cell)
+        check = next((c for c in report.checks if c.cell == index), None)
+        if check:
+            if index not in ran:
+                check.message, check.cause = f"not run: {report.stopped.splitlines()[0]}", first_error
+            elif err:
+                check.message, check.cause = err, first_error
+            else:
+                check.passed, check.message = True, "ok"
+        elif err:
+            report.errors.append(f"{label(nb, index)}: {err}")
+        if err and not first_error:
+            first_error = f"{label(nb, index)}: {err}"
+    return report
+
+
+def render(report: Report) -> str:
+    passed = sum(c.passed for c in report.checks)
+    indent = "\n" + " " * 10
+    lines = [f"{report.notebook}: graded in {report.seconds:.0f} s"]
+    if report.edited:
+        lines.append(f"  (the learner had changed the checks {', '.join(report.edited)}: graded with the lab's)")
+    if report.errors:
+        lines.append("  errors in the other cells, in order (the first is often the cause of the rest):")
+        lines += ["    " + e.replace("\n", "\n      ") for e in report.errors]
+    for c in report.checks:
+        verdict = "pass" if c.passed else "FAIL"
+        lines.append(f"  {verdict}  {c.points * c.passed:g}/{c.points:g}  {c.grade_id}"
+                     + ("" if c.passed else ": " + c.message.replace("\n", indent)))
+        if c.cause and not c.passed and not report.errors:
+            lines.append(f"          after the first error, {c.cause.splitlines()[0]}")
+    if report.stopped:
+        lines.append(f"  stopped early: {report.stopped}")
+    if report.left_running:
+        lines.append(f"  left running, now killed: {', '.join(sorted(set(report.left_running)))}")
+    lines.append(f"score: {report.score:g} / {report.max_score:g} points "
+                 f"({passed} of {len(report.checks)} checks passed)")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("notebook", type=Path)
+    ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds for the whole notebook")
+    ap.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT_S, help="seconds for one cell")
+    ap.add_argument("--json", type=Path, help="also write the report here, as JSON")
+    ap.add_argument("--all", action="store_true", help="run the cells after the last check too")
+    ap.add_argument("--source", type=Path, default=ROOT / "labs", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.timeout <= 0 or args.cell_timeout <= 0:
+        ap.error("--timeout and --cell-timeout take seconds > 0")
+    try:
+        report = grade(args.notebook, timeout=args.timeout, cell_timeout=args.cell_timeout,
+                       source_dir=args.source, run_all=args.all)
+    except SystemExit as e:
+        print(e, file=sys.stderr)
+        return 2
+    print(render(report))
+    if args.json:
+        args.json.write_text(json.dumps({**asdict(report), "score": report.score,
+                                         "max_score": report.max_score}, indent=1))
+    return 0 if all(c.passed for c in report.checks) and not report.left_running else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

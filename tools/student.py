@@ -1,0 +1,121 @@
+"""The learners' notebooks, made from the labs with nbgrader's preprocessors (make student).
+
+    python tools/student.py [--out _build/student] [labs/02_data_parallel_by_hand.ipynb ...]
+    python tools/student.py --paste-back STUDENT.ipynb --out FILE   # the labs' solutions put back
+
+Each solution region (dplab.solutions) becomes a stub that raises NotImplementedError with the
+region's hint; the exercises' solution dropdowns are removed; outputs are cleared; check cells
+are kept, locked and checksummed, as `nbgrader generate_assignment` leaves them. The notebooks
+go to OUT/labs/, and the files outside labs/ that they read (SUPPORT) to the same place under
+OUT, so that OUT is the folder to hand out. The kit (dplab, labcode) comes from the learners'
+environment, as for the labs themselves.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+
+from dplab import solutions
+
+ROOT = Path(__file__).resolve().parent.parent
+# Files outside labs/ that a lab reads (Lab 5 runs the book's training script under torchrun):
+# the handout keeps the repository's layout, so that their relative paths hold.
+SUPPORT = ["chapters/ddp_train.py"]
+DROPDOWN = re.compile(r"^:::\{solution\}.*?^:::[ \t]*$\n?", re.M | re.S)  # an exercise's answer
+
+
+def preprocessors():
+    """nbgrader's generate_assignment steps that need no gradebook, with our stub."""
+    try:
+        from nbgrader.preprocessors import (CheckCellMetadata, ClearOutput, ClearSolutions,
+                                            ComputeChecksums, LockCells)
+    except ImportError:
+        sys.exit("tools/student.py needs nbgrader: run `make student`, which installs "
+                 "requirements-teach.txt, or .venv/bin/pip install -r requirements-teach.txt")
+
+    class HintedClearSolutions(ClearSolutions):
+        """nbgrader's ClearSolutions, with each region's own hint in its stub."""
+
+        def _replace_solution_region(self, cell, language):
+            if cell.cell_type != "code" or not solutions.regions(cell.source):
+                return False
+            cell.source = solutions.stub(cell.source)
+            return True
+
+    return [CheckCellMetadata(), HintedClearSolutions(), ClearOutput(), LockCells(),
+            ComputeChecksums()]
+
+
+def student_version(nb):
+    """The learner's copy of a lab (a new notebook; the lab is not changed)."""
+    nb = nbformat.reads(nbformat.writes(nb), as_version=4)  # a copy
+    resources = {}
+    for step in preprocessors():
+        nb, resources = step.preprocess(nb, resources)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and ":::{solution}" in cell.source:
+            cell.source = DROPDOWN.sub("", cell.source).rstrip("\n")
+    return nb
+
+
+def paste_back(student, lab):
+    """The student notebook with the lab's regions in place of its stubs, matched by grade_id."""
+    by_id = {solutions.grading(c).get("grade_id"): c for c in lab.cells if solutions.is_solution(c)}
+    for i, cell in enumerate(student.cells):
+        if solutions.is_solution(cell):
+            gid = solutions.grading(cell)["grade_id"]
+            cell.source = solutions.paste_back(cell.source, by_id[gid].source, f"cell {i} ({gid})")
+    return student
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("labs", nargs="*", type=Path, help="labs (default: labs/*.ipynb)")
+    ap.add_argument("--out", type=Path, help="folder (default _build/student) or, with --paste-back, file")
+    ap.add_argument("--paste-back", type=Path, metavar="STUDENT", help="put the lab's solutions back "
+                    "into this student notebook (the lab of the same name in labs/)")
+    args = ap.parse_args()
+    if args.paste_back:
+        lab_path = ROOT / "labs" / args.paste_back.name
+        if not args.paste_back.is_file() or not lab_path.is_file():
+            ap.error(f"--paste-back takes a student notebook named as a lab in labs/: {args.paste_back}")
+        if not args.out:
+            ap.error("--paste-back needs --out FILE")
+        nb = paste_back(nbformat.read(args.paste_back, as_version=4), nbformat.read(lab_path, as_version=4))
+        nbformat.write(nb, args.out)
+        return 0
+    labs = args.labs or sorted((ROOT / "labs").glob("*.ipynb"))
+    out = (args.out or ROOT / "_build" / "student") / "labs"
+    problems = []
+    notebooks = {}
+    for path in labs:
+        if not path.is_file():
+            ap.error(f"no such lab: {path}")
+        notebooks[path] = nbformat.read(path, as_version=4)
+        problems += solutions.check_notebook(notebooks[path], path.name)
+    if problems:
+        print("make student: fix the labs' solution regions first:\n  " + "\n  ".join(problems),
+              file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    for name in SUPPORT:
+        (out.parent / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / name, out.parent / name)
+    for path, nb in notebooks.items():
+        student = student_version(nb)
+        nbformat.write(student, out / path.name)
+        n_regions = sum(len(solutions.regions(c.source)) for c in nb.cells if solutions.is_solution(c))
+        points = sum(solutions.grading(c)["points"] for c in nb.cells if solutions.is_check(c))
+        print(f"{out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}/{path.name}: "
+              f"{n_regions} stubs to write, {sum(map(solutions.is_check, nb.cells))} graded checks "
+              f"({points:g} points)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
