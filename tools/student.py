@@ -6,8 +6,8 @@
 Each solution region (dplab.solutions) becomes a stub that raises NotImplementedError with the
 region's hint; the exercises' solution dropdowns are removed; outputs are cleared; check cells
 are kept, locked and checksummed, as `nbgrader generate_assignment` leaves them. The notebooks
-go to OUT/labs/, and the files outside labs/ that they read (SUPPORT) to the same place under
-OUT, so that OUT is the folder to hand out. The kit (dplab, labcode) comes from the learners'
+go to OUT/labs/, and the folders beside labs/ that the book's pages need (SUPPORT) to the same
+place under OUT, so that OUT is the folder to hand out. The kit (dplab, labcode) comes from the learners'
 environment, as for the labs themselves.
 """
 from __future__ import annotations
@@ -23,9 +23,9 @@ import nbformat
 from dplab import solutions
 
 ROOT = Path(__file__).resolve().parent.parent
-# Files outside labs/ that a lab reads (Lab 5 runs the book's training script under torchrun):
-# the handout keeps the repository's layout, so that their relative paths hold.
-SUPPORT = ["chapters/ddp_train.py"]
+# Besides the labs, the handout keeps the book's other pages (their launch buttons open them, and
+# Lab 5 runs chapters/ddp_train.py under torchrun) and their figures, at the repository's paths.
+SUPPORT = ["intro.md", "chapters", "img"]
 DROPDOWN = re.compile(r"^:::\{solution\}.*?^:::[ \t]*$\n?", re.M | re.S)  # an exercise's answer
 
 
@@ -104,8 +104,11 @@ def main() -> int:
         return 2
     out.mkdir(parents=True, exist_ok=True)
     for name in SUPPORT:
-        (out.parent / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(ROOT / name, out.parent / name)
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, out.parent / name, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
+        else:
+            shutil.copyfile(ROOT / name, out.parent / name)
     for path, nb in notebooks.items():
         student = student_version(nb)
         nbformat.write(student, out / path.name)

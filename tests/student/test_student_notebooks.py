@@ -72,6 +72,15 @@ def pasted_back(handout: Path, lab: Path, folder: Path) -> Path:
     return out
 
 
+def test_every_launch_button_of_the_book_opens_a_page_of_the_handout(handout):
+    toc = (ROOT / "_toc.yml").read_text()
+    pages = re.findall(r"(?:root|file):\s*(\S+)", toc)
+    assert len(pages) > len(LABS)
+    for page in pages:
+        suffix = ".ipynb" if page.startswith("labs/") else ".md"
+        assert (handout.parent / f"{page}{suffix}").is_file(), page
+
+
 @pytest.mark.parametrize("lab", LABS, ids=lambda p: p.stem)
 def test_the_student_notebook_is_the_lab_without_its_solutions(handout, lab, tmp_path):
     ours, theirs = nbformat.read(lab, as_version=4), nbformat.read(handout / lab.name, as_version=4)
