@@ -72,6 +72,15 @@ def pasted_back(handout: Path, lab: Path, folder: Path) -> Path:
     return out
 
 
+def test_nbgrader_changed_no_version_that_requirements_txt_pins():
+    from importlib.metadata import version
+
+    assert version("nbgrader") == "0.9.6"
+    pins = [line.split("#")[0].strip().split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()]
+    for name, pinned in (p for p in pins if len(p) == 2):
+        assert version(name).split("+")[0] == pinned, name  # torch's local wheel is 2.13.0+cpu
+
+
 def test_every_launch_button_of_the_book_opens_a_page_of_the_handout(handout):
     toc = (ROOT / "_toc.yml").read_text()
     pages = re.findall(r"(?:root|file):\s*(\S+)", toc)
