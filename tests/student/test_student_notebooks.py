@@ -4,11 +4,13 @@ graded as handed out (every check fails, saying why) and with the lab's solution
 .ci/run leaves to this test); plausible mistakes fail the check that catches them; a rank that
 raises, dies or hangs, and a dead kernel, fail checks without stopping the grader; nothing is
 left running."""
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -185,6 +187,37 @@ def test_a_rank_that_fails_or_hangs_fails_the_checks_not_the_grader(handout, tmp
     else:
         assert stopped in report["stopped"], printed
         assert all(c["message"].startswith("not run") for c in report["checks"]), printed
+
+
+def test_a_grader_killed_with_sigkill_leaves_nothing(handout, tmp_path):
+    """Its kernel notices that its parent is gone and exits; the kit's guardian ends the cluster."""
+    lab = ROOT / "labs" / "02_data_parallel_by_hand.ipynb"
+    notebook = with_change(pasted_back(handout, lab, tmp_path), "lab2-broadcast", BROADCAST,
+                           "import time\nif rank == 1:\n    time.sleep(600)\n" + BROADCAST)
+    before = cluster_processes()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
+    grader = subprocess.Popen([sys.executable, str(ROOT / "tools" / "grade.py"), str(notebook)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**env, "DPLAB_ENGINES": ENGINES})
+
+    def started() -> dict[int, str]:
+        return {pid: cmd for pid, cmd in cluster_processes().items() if pid not in before}
+
+    deadline = time.monotonic() + 120
+    while not any("engine" in cmd for cmd in started().values()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert any("engine" in cmd for cmd in started().values()), "no engine started"
+    time.sleep(5)  # into the cell where rank 1 sleeps
+    grader.kill()
+    grader.wait()
+    deadline = time.monotonic() + 30
+    while started() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = started()
+    for pid in left:  # so that a failure here leaves nothing either
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
+    assert not left, left
 
 
 def test_a_dead_kernel_fails_the_checks_left(handout, tmp_path):
