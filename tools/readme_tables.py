@@ -23,9 +23,11 @@ def minutes(seconds: float) -> str:
 def commands_table() -> str:
     """| command | time | from commands.txt (tools/time_commands.py)."""
     text = (RESULTS / "commands.txt").read_text()
-    when = re.search(r"# (\d{4}-\d\d-\d\d) [\d:]+ UTC, clean clone of (\w+)", text)
+    runs = re.findall(r"# (\d{4}-\d\d-\d\d) [\d:]+ UTC, clean clone of (\w+)", text)
     host = re.search(r"^machine: (.*)$", text, flags=re.M).group(1)
-    rows = [f"From a clean clone of commit `{when.group(2)}` on {host}, {when.group(1)}, one after the other in the same clone, with pip's cache warm"
+    clones = " and ".join(f"`{commit}`" for _, commit in runs)
+    rows = [f"From a clean clone of commit{'s' * (len(runs) > 1)} {clones} on {host}, {runs[0][0]}, one after the other"
+            f"{' in each' if len(runs) > 1 else ' in the same'} clone, with pip's cache warm"
             " (`benchmarks/results/commands.txt`, written by `tools/time_commands.py`):", "",
             "| command | time |", "|---|---|"]
     times = re.findall(r"^make (.+?)\s+(\d+) s$", text, flags=re.M)  # "test-any-p ANY_P=1" too

@@ -87,13 +87,17 @@ def stop_hub(hub: subprocess.Popen, mark: str) -> list[str]:
     """Stop the hub (it stops the servers it spawned, then its proxy), then kill whatever process
     it started is still alive after STOP_S; 'pid name' of each one that was."""
     hub.terminate()
+    killed = False
     try:
         hub.wait(STOP_S)
     except subprocess.TimeoutExpired:
-        hub.kill()
+        hub.kill()  # it cannot stop its proxy and servers now
+        killed = True
         hub.wait(STOP_S)
     _, alive = psutil.wait_procs(marked_processes(mark), timeout=STOP_S)
     left = describe(alive)
+    if left and killed:
+        left.append(f"(the hub itself had not stopped {STOP_S} s after SIGTERM, and was killed)")
     for p in alive:
         p.kill()
     psutil.wait_procs(alive, timeout=STOP_S)
