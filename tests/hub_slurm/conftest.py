@@ -79,8 +79,11 @@ def write_config(port: int, password: str, mark: str, culler: str | None) -> pat
     if culler is None:
         lines.append("c.JupyterHub.services, c.JupyterHub.load_roles = [], []")
     else:
+        # marked, so that stop_hub finds it if it outlives the hub (a managed service does not
+        # inherit the hub's environment)
         lines.append(f"c.JupyterHub.services = [{{'name': 'idle-culler', 'command': [sys.executable, "
-                     f"'-m', 'jupyterhub_idle_culler', {culler!r}, '--cull-every=5']}}]")
+                     f"'-m', 'jupyterhub_idle_culler', {culler!r}, '--cull-every=5'], "
+                     f"'environment': {{{MARK!r}: {mark!r}}}}}]")
     path = STATE / "test_config.py"
     path.write_text("\n".join(lines) + "\n")
     return path
