@@ -127,10 +127,10 @@ def check_notebook(nb, name: str) -> list[str]:
         except ValueError as e:
             problems.append(str(e))
             continue
+        if found and not meta.get("solution"):
+            problems.append(f"{where}: a solution region in a cell not marked as a solution "
+                            "cell (its metadata needs nbgrader.solution = true)")
         if not meta:
-            if found:
-                problems.append(f"{where}: a solution region in a cell not marked as a solution "
-                                "cell (its metadata needs nbgrader.solution = true)")
             continue
         gid = meta.get("grade_id")
         if not gid or gid in ids:
@@ -148,8 +148,6 @@ def check_notebook(nb, name: str) -> list[str]:
             if not found:
                 problems.append(f"{where}: a solution cell without a region")
             n_regions += len(found)
-        elif found:
-            problems.append(f"{where}: a solution region in a cell not marked as a solution cell")
         if meta.get("grade"):
             n_checks += 1
             if not isinstance(meta.get("points"), (int, float)) or meta["points"] <= 0:

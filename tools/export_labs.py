@@ -29,10 +29,10 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 from dplab import solutions  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"^#\|\s*export:\s*([A-Za-z_]\w*)\s*$")
 HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$", flags=re.M)
 LEAD = re.compile(r"^\*\*(.+?)\.?\*\*")  # a paragraph's bold lead-in, "**Ring all-reduce.** ..."

@@ -163,9 +163,9 @@ def grade(path: Path, *, timeout: float = TIMEOUT_S, cell_timeout: float = CELL_
     seen: dict[int, psutil.Process] = {}
     t0 = time.monotonic()
     ran = set()
-    kernel_log = tempfile.TemporaryFile("w+")  # its stderr: shown if it dies
     last_check = len(nb.cells) if run_all else max(c.cell for c in report.checks)
-    with client.setup_kernel(stderr=kernel_log):
+    # the kernel's stderr, shown if it dies
+    with tempfile.TemporaryFile("w+") as kernel_log, client.setup_kernel(stderr=kernel_log):
         kernel_pid = client.km.provisioner.process.pid
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":

@@ -36,14 +36,20 @@ def cluster_processes() -> dict[int, str]:
     return found
 
 
+def grader(notebook: Path, *args: str, engines: str = ENGINES) -> dict:
+    """subprocess keywords that run tools/grade.py on the notebook with `engines` engines and no
+    other DPLAB_* setting of this shell."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
+    return dict(args=[sys.executable, str(ROOT / "tools" / "grade.py"), str(notebook), *args],
+                env={**env, "DPLAB_ENGINES": engines})
+
+
 def grade(notebook: Path, *args: str, timeout: float = 600, engines: str = ENGINES) -> tuple[int, dict, str]:
     """Run the grader; its exit status, JSON report and printout. Asserts that it left nothing."""
     before = cluster_processes()
     report = notebook.with_suffix(".json")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "grade.py"), str(notebook), "--json",
-                          str(report), *args], capture_output=True, text=True, timeout=timeout,
-                         env={**env, "DPLAB_ENGINES": engines})
+    out = subprocess.run(**grader(notebook, "--json", str(report), *args, engines=engines),
+                         capture_output=True, text=True, timeout=timeout)
     left = {pid: cmd for pid, cmd in cluster_processes().items() if pid not in before}
     assert not left, f"the grader left {left}\n{out.stdout}"
     data = json.loads(report.read_text()) if report.exists() else {}
@@ -195,10 +201,7 @@ def test_a_grader_killed_with_sigkill_leaves_nothing(handout, tmp_path):
     notebook = with_change(pasted_back(handout, lab, tmp_path), "lab2-broadcast", BROADCAST,
                            "import time\nif rank == 1:\n    time.sleep(600)\n" + BROADCAST)
     before = cluster_processes()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
-    grader = subprocess.Popen([sys.executable, str(ROOT / "tools" / "grade.py"), str(notebook)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env={**env, "DPLAB_ENGINES": ENGINES})
+    running = subprocess.Popen(**grader(notebook), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def started() -> dict[int, str]:
         return {pid: cmd for pid, cmd in cluster_processes().items() if pid not in before}
@@ -208,8 +211,8 @@ def test_a_grader_killed_with_sigkill_leaves_nothing(handout, tmp_path):
         time.sleep(0.5)
     assert any("engine" in cmd for cmd in started().values()), "no engine started"
     time.sleep(5)  # into the cell where rank 1 sleeps
-    grader.kill()
-    grader.wait()
+    running.kill()
+    running.wait()
     deadline = time.monotonic() + 30
     while started() and time.monotonic() < deadline:
         time.sleep(0.5)
