@@ -3,6 +3,7 @@
 Change the lab, then run `python tools/export_labs.py`; a test fails while the two differ.
 """
 import functools
+import itertools
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -58,11 +59,10 @@ def ddp_bucket_bytes(ddp):
 
 # From labs/04_ddp.ipynb, section "Measure: what overlap buys".
 class OverlapAllReduce:
-    def __init__(self, model, cap_mb, group=None):
+    def __init__(self, params, cap_mb, group=None):
         self.group, self.p = group, dist.get_world_size(group)  # average over `group`
-        self.buckets = reverse_buckets(model.parameters(), cap_mb * 2**20)
-        self.left = [len(b) for b in self.buckets]
-        self.launched = []  # (bucket, flat buffer, handle)
+        self.buckets = reverse_buckets(params, cap_mb * 2**20)
+        self.reset()
         for i, bucket in enumerate(self.buckets):
             for q in bucket:
                 q.register_post_accumulate_grad_hook(functools.partial(self.ready, i))
@@ -70,10 +70,13 @@ class OverlapAllReduce:
     def ready(self, i, param):                               # called during backward
         self.left[i] -= 1
         if self.left[i] == 0:
-            flat = torch.cat([q.grad.reshape(-1) for q in self.buckets[i]])
-            self.launched.append(
-                (i, flat, dist.all_reduce(flat, group=self.group, async_op=True))
-            )
+            self.launch(i)
+
+    def launch(self, i):                                     # bucket i's all-reduce
+        flat = torch.cat([q.grad.reshape(-1) for q in self.buckets[i]])
+        self.launched.append(
+            (i, flat, dist.all_reduce(flat, group=self.group, async_op=True))
+        )
 
     def wait(self):                                          # called after backward
         for i, flat, handle in self.launched:
@@ -84,7 +87,11 @@ class OverlapAllReduce:
                 q.grad.copy_(flat[offset:offset + q.numel()].view_as(q))
                 offset += q.numel()
         assert len(self.launched) == len(self.buckets)
-        self.launched, self.left = [], [len(b) for b in self.buckets]
+        self.reset()
+
+    def reset(self):                                         # ready for the next step
+        self.launched = []  # (bucket, flat buffer, handle)
+        self.left = [len(b) for b in self.buckets]  # gradients each bucket waits for
 
 
 # From labs/04_ddp.ipynb, section "Measure: what overlap buys".
@@ -92,15 +99,57 @@ CAPS = (1, 5, 10, 25, 50)
 
 
 # From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+class HandDDP(OverlapAllReduce):
+    # OverlapAllReduce on any model, as DDP: every rank starts from group rank 0's
+    # parameters and buffers, frozen parameters are left out, buckets are launched in
+    # order, and a parameter that got no gradient is named in an error.
+    def __init__(self, model, cap_mb, group=None):
+        with torch.no_grad():
+            for t in itertools.chain(model.parameters(), model.buffers()):
+                dist.broadcast(t, group=group, group_src=0)
+        # parameters() gives a tied (shared) parameter once: one hook, one all-reduce
+        trained = [q for q in model.parameters() if q.requires_grad]
+        if not trained:
+            raise ValueError("the model has no parameter with requires_grad=True")
+        self.names = {q: name for name, q in model.named_parameters()}
+        super().__init__(trained, cap_mb, group)
+
+    def reset(self):
+        super().reset()
+        self.next, self.fired = 0, set()  # the next bucket to launch; hooks called
+
+    def ready(self, i, param):
+        self.fired.add(param)
+        self.left[i] -= 1
+        while self.next < len(self.buckets) and self.left[self.next] == 0:
+            self.launch(self.next)  # bucket i only after buckets 0 to i - 1
+            self.next += 1
+
+    def wait(self):
+        unused = [self.names[q] for b in self.buckets for q in b if q not in self.fired]
+        if unused:
+            for *_, handle in self.launched:  # finish what was launched, then say why
+                handle.wait()
+            self.reset()
+            raise RuntimeError(
+                f"rank {dist.get_rank()}: no gradient reached {', '.join(unused)} in "
+                "this backward pass. Set requires_grad=False on parameters the model "
+                "does not use before HandDDP is built, or use DDP with "
+                "find_unused_parameters=True."
+            )
+        super().wait()
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
 def make_step(kind, x, y, device, cap=None, group=None):
     # One SGD step of the wide MLP on (x, y): kind "none" (no communication), "after"
-    # (all-reduce after backward), "hook" (OverlapAllReduce) or "ddp" (DDP). Returns the
+    # (all-reduce after backward), "hook" (HandDDP) or "ddp" (DDP). Returns the
     # model and the step.
     model = mlp(sizes=WIDE_MLP).to(device)
     if kind == "ddp":
         ids = [device.index] if device.type == "cuda" else None
         model = DDP(model, device_ids=ids, bucket_cap_mb=cap, process_group=group)
-    overlap = OverlapAllReduce(model, cap, group) if kind == "hook" else None
+    overlap = HandDDP(model, cap, group) if kind == "hook" else None
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
     def step():

@@ -1,13 +1,14 @@
 """Lab 4's overlap code (labcode.overlap): bucketing like DDP's, and gradient averaging with and without overlap."""
 import os
 
+import pytest
 import torch
 
 from dplab.cluster.jobs import run_job
 from dplab.models import mlp
 from labcode.overlap import CAPS, WIDE_MLP, reverse_buckets
 
-from conftest import rank_lines
+from conftest import assert_every_rank_passes, rank_lines
 
 HERE = os.path.dirname(__file__)
 
@@ -40,3 +41,11 @@ def test_hook_overlap_and_flat_allreduce_match_ddp_gradients_and_buckets_under_m
     assert out.returncode == 0, out.stdout + out.stderr
     lines = rank_lines(out.stdout, r"rank \d+: hook \w+ ddp \w+ buckets \w+ n=\d+")
     assert lines == [f"rank {r}: hook True ddp True buckets True n=2" for r in range(2)], out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_hand_ddp_trains_what_ddp_and_one_process_train_on_frozen_tied_and_buffered_models_under_mpiexec(p):
+    """Ranks seeded differently; bucket caps 0, 4 KiB and unlimited; gradients arriving in another
+    order on each rank (which the bare OverlapAllReduce gets wrong); an unused parameter named."""
+    caps = [f"{c}{n}" for n in ("0", "4KiB", "unlimited") for c in ("cap", "frozen", "tied")]
+    assert_every_rank_passes("check_hand_ddp.py", p, caps + ["caps", "order", "bare_order_wrong", "unused"])

@@ -18,7 +18,7 @@ def grads(kind, cap_mb=1):
     model = mlp(sizes=sizes)
     if kind == "ddp":
         model = DDP(model, bucket_cap_mb=cap_mb)
-    hooks = OverlapAllReduce(model, cap_mb) if kind == "hook" else None
+    hooks = OverlapAllReduce(model.parameters(), cap_mb) if kind == "hook" else None
     for _ in range(3):  # DDP rebuilds its buckets after the first steps; the hooks must reset
         model.zero_grad(set_to_none=True)
         F.cross_entropy(model(x), y).backward()
