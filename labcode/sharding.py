@@ -45,42 +45,119 @@ def model_state_bytes(psi, p=1, stage=0, k=ADAM_K, low=LOW_BYTES):
 
 
 # From labs/07_sharding.ipynb, section "2. ZeRO-1 by hand".
-class ZeRO1Adam:
-    # Adam whose state each rank keeps for one 1/p slice of the flat parameters
-    # (ZeRO stage 1).
-    def __init__(self, params, group=None, **adam):
-        self.params = list(params)
-        self.group = group
-        self.ranks = dist.get_world_size(group)
-        self.numel = sum(q.numel() for q in self.params)              # Ψ
-        self.shard_numel = -(-self.numel // self.ranks)                # ⌈Ψ/p⌉
-        r, n = dist.get_rank(group), self.shard_numel
-        flat = self.flat([q.detach() for q in self.params])
-        # my slice, a leaf tensor
-        self.shard = flat[r * n:(r + 1) * n].clone().requires_grad_()
-        self.opt = torch.optim.Adam([self.shard], **adam)
+NOT_ELEMENTWISE = ("LBFGS", "Adafactor", "Muon", "SparseAdam")  # in torch.optim
 
-    def flat(self, tensors):
-        # One vector of p·⌈Ψ/p⌉ values: the tensors one after the other, then zeros.
-        v = torch.cat([t.reshape(-1) for t in tensors])
-        return F.pad(v, (0, self.ranks * self.shard_numel - self.numel))
+
+# From labs/07_sharding.ipynb, section "2. ZeRO-1 by hand".
+def slice_pieces(params, ranks, rank):
+    # Where slice `rank` of `ranks` equal slices of ⌈Ψ/p⌉ values falls in `params`,
+    # flattened one after the other: (index, first, last + 1) in each parameter.
+    n, start, pieces = -(-sum(q.numel() for q in params) // ranks), 0, []
+    for i, q in enumerate(params):
+        a, b = max(rank * n - start, 0), min((rank + 1) * n - start, q.numel())
+        if a < b:
+            pieces.append((i, a, b))
+        start += q.numel()
+    return pieces
+
+
+# From labs/07_sharding.ipynb, section "2. ZeRO-1 by hand".
+def copy_hyperparameters(source, target):
+    # Every setting of each param group (lr, betas, ...), but not its parameters.
+    for s, t in zip(source, target):
+        t.update({k: v for k, v in s.items() if k != "params"})
+
+
+# From labs/07_sharding.ipynb, section "2. ZeRO-1 by hand".
+class SlicedState:
+    # state_dict and load_state_dict for an optimizer that keeps this rank's slice of
+    # the state in self.optim: each rank saves its own and loads it back at the same p.
+    def where(self):
+        return {"ranks": self.ranks, "rank": dist.get_rank(self.group), "Ψ": self.numel}
+
+    def state_dict(self):
+        copy_hyperparameters(self.param_groups, self.optim.param_groups)
+        return {"where": self.where(), "slice": self.optim.state_dict()}
+
+    def load_state_dict(self, state_dict):
+        if state_dict["where"] != self.where():
+            raise ValueError(
+                f"this state was saved by {state_dict['where']}, not by "
+                f"{self.where()}: each rank loads the state it saved, at the same p, "
+                "for the same parameters"
+            )
+        self.optim.load_state_dict(state_dict["slice"])
+        copy_hyperparameters(self.optim.param_groups, self.param_groups)
+
+
+# From labs/07_sharding.ipynb, section "2. ZeRO-1 by hand".
+class ZeRO1(SlicedState, torch.optim.Optimizer):
+    # ZeRO stage 1 around an optimizer that updates each value from its own gradient
+    # and state (SGD, Adam, AdamW, ...): its slice is cut at parameter boundaries into
+    # pieces, so the inner optimizer sees param groups, skips a parameter without a
+    # gradient and counts each parameter's steps as it would for the whole parameter.
+    def __init__(self, params, optimizer_class=torch.optim.Adam, group=None,
+                 find_unused=False, **defaults):
+        if optimizer_class.__name__ in NOT_ELEMENTWISE:
+            raise ValueError(
+                f"{optimizer_class.__name__} does not update each value on its own; "
+                "ZeroRedundancyOptimizer keeps whole parameters"
+            )
+        super().__init__(params, defaults)  # param_groups: the whole parameters
+        self.group, self.find_unused = group, find_unused
+        self.ranks, r = dist.get_world_size(group), dist.get_rank(group)
+        with torch.no_grad():  # every rank starts from group rank 0's values, as in DDP
+            for q in (q for g in self.param_groups for q in g["params"]):
+                dist.broadcast(q, group=group, group_src=0)
+        # frozen parameters are left out: they get no gradient, so no state
+        every = [q for g in self.param_groups for q in g["params"]]
+        self.trained = [q for q in every if q.requires_grad]
+        self.numel = sum(q.numel() for q in self.trained)               # Ψ
+        self.shard_numel = -(-self.numel // self.ranks)                 # ⌈Ψ/p⌉
+        group_of = {id(q): k for k, g in enumerate(self.param_groups)
+                    for q in g["params"]}
+        groups = [{**g, "params": []} for g in self.param_groups]
+        self.pieces = []  # (index in trained, a, b, values a to b - 1 as a tensor)
+        for i, a, b in slice_pieces(self.trained, self.ranks, r):
+            piece = self.trained[i].detach().reshape(-1)[a:b].clone().requires_grad_()
+            self.pieces.append((i, a, b, piece))
+            groups[group_of[id(self.trained[i])]]["params"].append(piece)
+        self.optim = optimizer_class(groups, **defaults)
+        # the inner optimizer's defaults (betas, eps, ...) into param_groups
+        copy_hyperparameters(self.optim.param_groups, self.param_groups)
 
     @torch.no_grad()
-    def step(self):
-        grads = self.flat([q.grad for q in self.params])
-        self.shard.grad = torch.empty_like(self.shard)
-        # my slice of the sum
-        dist.reduce_scatter_single(self.shard.grad, grads, group=self.group)
-        self.shard.grad.div_(self.ranks)  # the mean, as DDP's
-        self.opt.step()  # Adam on my slice
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        copy_hyperparameters(self.param_groups, self.optim.param_groups)  # a new lr
+        has = [q.grad is not None for q in self.trained]
+        grads = torch.cat([(q.grad if h else torch.zeros_like(q)).reshape(-1)
+                           for q, h in zip(self.trained, has)])
+        grads = F.pad(grads, (0, self.ranks * self.shard_numel - self.numel))
+        used = torch.tensor(has, dtype=torch.int32, device=grads.device)
+        if self.find_unused:  # a gradient on any rank counts; the others add zeros
+            dist.all_reduce(used, group=self.group)
+        mine = torch.empty(self.shard_numel, dtype=grads.dtype, device=grads.device)
+        dist.reduce_scatter_single(mine, grads, group=self.group)  # my slice of the sum
+        mine /= self.ranks                                         # the mean, as DDP's
+        at, used = 0, used.tolist()
+        for i, a, b, piece in self.pieces:
+            piece.copy_(self.trained[i].reshape(-1)[a:b])  # as they are now (a load)
+            piece.grad = mine[at:at + b - a] if used[i] else None  # None: no step
+            at += b - a
+        self.optim.step()
+        at = 0
+        for *_, piece in self.pieces:  # my updated values, in place of the gradients
+            piece.grad = None
+            mine[at:at + piece.numel()] = piece
+            at += piece.numel()
         full = torch.empty_like(grads)
-        # every updated slice
-        dist.all_gather_single(full, self.shard, group=self.group)
-        vector_to_parameters(full[:self.numel], self.params)
-
-    def zero_grad(self):
-        for q in self.params:
-            q.grad = None
+        dist.all_gather_single(full, mine, group=self.group)       # every updated slice
+        vector_to_parameters(full[:self.numel], self.trained)
+        return loss
 
 
 # From labs/07_sharding.ipynb, section "3. ZeRO-1 and FSDP train what DDP trains".
@@ -109,7 +186,7 @@ def prepare(method, model, lr, group=None):
         model = DDP(model, device_ids=ids, process_group=group)
         return model, torch.optim.Adam(model.parameters(), lr=lr)
     if method == "ZeRO-1":
-        return model, ZeRO1Adam(model.parameters(), group=group, lr=lr)
+        return model, ZeRO1(model.parameters(), torch.optim.Adam, group, lr=lr)
     if method == "FSDP":
         model = shard_units(
             model, DeviceMesh.from_group(group or dist.group.WORLD, device.type)
@@ -128,7 +205,7 @@ def local(t):
 def optimizer_state_bytes(opt):
     # Bytes of the optimizer's per-value state (Adam's momentum and variance) on
     # this rank.
-    opt = getattr(opt, "opt", opt)  # ZeRO1Adam keeps its Adam in .opt
+    opt = getattr(opt, "optim", opt)  # ZeRO1 keeps its slice's optimizer in .optim
     return sum(local(t).numel() * local(t).element_size()
                for state in opt.state.values() for t in state.values() if t.dim() > 0)
 
@@ -171,7 +248,7 @@ def held_bytes(model, opt):
 def peak_bytes(model, opt, step):
     # The most bytes of tensors alive at once during step(), from PyTorch's
     # memory trackers.
-    inner = getattr(opt, "opt", opt)  # ZeRO1Adam keeps its Adam in .opt
+    inner = getattr(opt, "optim", opt)  # ZeRO1 keeps its slice's optimizer in .optim
     if isinstance(model, FSDPModule):
         tracker = FSDPMemTracker(model, inner)
     else:

@@ -44,6 +44,16 @@ def test_zero1_by_hand_equals_ddp_adam_shards_its_state_and_sends_two_collective
     assert_every_rank_passes("check_sharding.py", 3, ['same', 'state', 'calls', 'hooked', 'sizes', 'replay'])
 
 
+@pytest.mark.parametrize("p", [2, 3])
+def test_zero1_wraps_any_optimizer_as_a_torch_optimizer_with_a_scheduler_and_a_checkpoint_under_mpiexec(p):
+    """Adam, AdamW and SGD with momentum against ZeroRedundancyOptimizer and one process, ranks
+    seeded differently, a frozen layer and a parameter without gradient; a scheduler; a resumed
+    checkpoint; find_unused; LBFGS refused."""
+    names = [n for o in ("adam", "adamw", "sgd") for n in (o, f"{o}_skips")]
+    assert_every_rank_passes("check_zero1.py", p, names + [
+        "scheduler", "resume", "wrong_rank", "find_unused", "default_skips", "refuses_lbfgs"])
+
+
 def test_collectives_of_sees_ddp_buckets_through_a_hook_and_later_steps_do_not_change_its_list(tmp_path):
     from torch.nn.parallel import DistributedDataParallel as DDP
     from dplab.models import mlp

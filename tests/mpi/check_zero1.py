@@ -1,0 +1,168 @@
+"""Run under `mpiexec -n p`: Lab 7's ZeRO1 trains what ZeroRedundancyOptimizer (with DDP) and one
+process train, with Adam, AdamW and SGD with momentum, from ranks seeded differently, with a frozen
+layer and a parameter that never gets a gradient; a scheduler drives it through its param groups;
+a checkpoint of its state resumes at the same p as if never stopped; a parameter with a gradient on
+some ranks only needs find_unused=True; the optimizers it cannot shard are refused."""
+import io
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from dplab.cluster import engine
+from dplab.cluster.settings import Settings
+from labcode.sharding import ZeRO1
+
+info = engine.setup(Settings.for_job(device="cpu"))
+rank, p = info.rank, info.world_size
+D, B, STEPS = 9, 4, 4
+OPTIMIZERS = {
+    "adam": (torch.optim.Adam, {"lr": 1e-2}),
+    "adamw": (torch.optim.AdamW, {"lr": 1e-2, "weight_decay": 0.1}),
+    "sgd": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
+}
+
+
+class Net(nn.Module):
+    """A frozen first layer, two trained ones, a parameter forward never uses, and one
+    (`gate.weight`) that rank 0 alone uses when `extra_on_rank0` is set."""
+
+    def __init__(self, extra_on_rank0=False):
+        super().__init__()
+        self.frozen = nn.Linear(D, D).requires_grad_(False)
+        self.hidden, self.out = nn.Linear(D, D), nn.Linear(D, 2)
+        self.spare = nn.Parameter(torch.ones(3))  # never used: no gradient, no step
+        self.gate = nn.Linear(1, 2, bias=False)  # registered last: in the last rank's slice
+        nn.init.constant_(self.gate.weight, 0.5)
+        self.extra_on_rank0 = extra_on_rank0
+
+    def forward(self, x, r):
+        y = self.out(torch.tanh(self.hidden(torch.tanh(self.frozen(x)))))
+        return y * self.gate.weight[:, 0] if self.extra_on_rank0 and r == 0 else y
+
+
+def batch(step, r):
+    g = torch.Generator().manual_seed(100 * step + r)
+    return torch.randn(B, D, generator=g, dtype=torch.float64), torch.randint(0, 2, (B,), generator=g)
+
+
+def build(seed, extra=False):
+    torch.manual_seed(seed)
+    return Net(extra).double()
+
+
+def vector(model):
+    return torch.cat([q.detach().reshape(-1) for q in getattr(model, "module", model).parameters()])
+
+
+def train(model, opt, steps, sched=None, one_process=False):
+    for step in range(steps):
+        opt.zero_grad()
+        if one_process:  # every rank's loss, averaged: the global batch
+            sum(F.cross_entropy(model(*batch(step, r)[:1], r), batch(step, r)[1]) for r in range(p)).div(p).backward()
+        else:
+            x, y = batch(step, rank)
+            F.cross_entropy(model(x, rank), y).backward()
+        opt.step()
+        if sched:
+            sched.step()
+    return vector(model)
+
+
+def groups(model):  # two param groups: the output layer at a tenth of the learning rate
+    return [{"params": [model.frozen.weight, model.frozen.bias, model.hidden.weight, model.hidden.bias,
+                        model.spare, model.gate.weight]},
+            {"params": model.out.parameters(), "lr": 1e-3}]
+
+
+checks = {}
+for name, (cls, kw) in OPTIMIZERS.items():
+    ref = build(0)
+    w_ref = train(ref, cls(ref.parameters(), **kw), STEPS, one_process=True)
+    zero = build(rank)
+    opt = ZeRO1(zero.parameters(), cls, **kw)
+    w_zero = train(zero, opt, STEPS)
+    ddp = DDP(build(rank), find_unused_parameters=True)
+    w_zro = train(ddp, ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=cls, **kw), STEPS)
+    d_ref, d_zro = (w_zero - w_ref).abs().max().item(), (w_zero - w_zro).abs().max().item()
+    checks[name] = d_ref <= 1e-12 and d_zro <= 1e-12 and isinstance(opt, torch.optim.Optimizer)
+    checks[f"{name}_skips"] = torch.equal(zero.spare, torch.ones(3)) and torch.equal(
+        zero.frozen.weight, build(0).frozen.weight)
+    if not checks[name]:
+        print(f"rank {rank}: {name}: vs one process {d_ref:.1e}, vs ZeroRedundancyOptimizer {d_zro:.1e}",
+              file=sys.stderr)
+
+
+def scheduled(model, opt_class, steps, **kw):
+    opt = opt_class(groups(model), torch.optim.AdamW, lr=1e-2, weight_decay=0.1) if opt_class is ZeRO1 else \
+        torch.optim.AdamW(groups(model), lr=1e-2, weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 0.5 ** k)
+    return opt, sched
+
+
+# A scheduler halves the learning rate every step, through param_groups.
+ref = build(0)
+opt, sched = scheduled(ref, torch.optim.AdamW, STEPS)
+w_ref = train(ref, opt, STEPS, sched, one_process=True)
+zero = build(rank)
+opt, sched = scheduled(zero, ZeRO1, STEPS)
+w_sched = train(zero, opt, STEPS, sched)
+lrs = [g["lr"] for g in opt.param_groups]
+checks["scheduler"] = (w_sched - w_ref).abs().max().item() <= 1e-12 and lrs == [1e-2 * 0.5 ** STEPS,
+                                                                                1e-3 * 0.5 ** STEPS]
+
+# A checkpoint after 2 steps, through bytes as torch.save writes them, resumed into a new model and
+# optimizer of another seed: the same weights as the 4 steps without a stop.
+first = build(rank)
+opt, sched = scheduled(first, ZeRO1, STEPS)
+train(first, opt, 2, sched)
+saved = io.BytesIO()
+torch.save({"model": first.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict()}, saved)
+saved.seek(0)
+state = torch.load(saved)
+second = build(rank + 7)
+opt2, sched2 = scheduled(second, ZeRO1, STEPS)
+second.load_state_dict(state["model"])
+opt2.load_state_dict(state["opt"])
+sched2.load_state_dict(state["sched"])
+for step in range(2, STEPS):  # the remaining steps, on the same batches as the run without a stop
+    opt2.zero_grad()
+    x, y = batch(step, rank)
+    F.cross_entropy(second(x, rank), y).backward()
+    opt2.step()
+    sched2.step()
+d_resume = (vector(second) - w_sched).abs().max().item()
+checks["resume"] = d_resume == 0
+if d_resume:
+    print(f"rank {rank}: resumed vs uninterrupted: {d_resume:.1e}", file=sys.stderr)
+# Another rank's state, or another p's, is refused with a clear error.
+wrong = dict(state["opt"], where=dict(state["opt"]["where"], rank=rank + 1))
+try:
+    opt2.load_state_dict(wrong)
+    checks["wrong_rank"] = False
+except ValueError as e:
+    checks["wrong_rank"] = "each rank loads the state it saved" in str(e)
+
+# `gate.weight` gets a gradient on rank 0 only. With find_unused=True the ranks count it, and the
+# step is one process's; without, the last rank, which holds it, sees no gradient of its own and
+# skips it (only when p > 1: with one rank, rank 0 holds it).
+ref = build(0, extra=True)
+w_ref = train(ref, torch.optim.SGD(ref.parameters(), lr=0.1), 1, one_process=True)
+found, unfound = build(rank, extra=True), build(rank, extra=True)
+w_found = train(found, ZeRO1(found.parameters(), torch.optim.SGD, find_unused=True, lr=0.1), 1)
+w_unfound = train(unfound, ZeRO1(unfound.parameters(), torch.optim.SGD, lr=0.1), 1)
+checks["find_unused"] = (w_found - w_ref).abs().max().item() <= 1e-12
+d_unfound = (w_unfound - w_ref).abs().max().item()
+checks["default_skips"] = (d_unfound > 1e-6) == (p > 1)
+
+try:
+    ZeRO1(build(rank).parameters(), torch.optim.LBFGS)
+    checks["refuses_lbfgs"] = False
+except ValueError as e:
+    checks["refuses_lbfgs"] = "LBFGS does not update each value on its own" in str(e)
+sys.stdout.write(f"rank {rank}: " + " ".join(f"{k} {v}" for k, v in checks.items()) + "\n")
+sys.stdout.flush()
+engine.finalize()
