@@ -6,7 +6,8 @@ For each (q, method) it reports, per rank:
 
   held     parameters, gradients and Adam's state between steps, counted from the tensors,
            and checked here against the formulas of the sharding chapter: 4Ψ + 4Ψ + 8Ψ for
-           DDP, 4Ψ + 4Ψ + 8⌈Ψ/q⌉ for ZeRO-1, and 16 × its ⌈rows/q⌉ rows for FSDP (the
+           DDP, 4Ψ + 4Ψ + 8 × its slice's values for ZeRO-1 (⌈Ψ/q⌉, less the padding on the
+           last ranks), and 16 × its ⌈rows/q⌉ rows for FSDP (the
            chapter's 16Ψ/q for FSDP, with ZeRO's mixed-precision K = 12 replaced by fp32's 8)
   peak     the most tensor bytes alive during one step (PyTorch's MemTracker); on a GPU also
            torch.cuda.max_memory_allocated, measured with that method's model alone
@@ -132,8 +133,9 @@ def run(args: argparse.Namespace, job) -> None:
             shard = -(-psi // q)
             for name in METHODS:
                 rows = [everyone[r][q, name] for r in range(q)]
-                # Exact counts, padding included, from the shapes: what every rank must hold ...
-                want = {"DDP": [16 * psi] * q, "ZeRO-1": [8 * psi + 8 * shard] * q,
+                # Exact counts from the shapes (padding included where a method keeps it): what each rank holds ...
+                want = {"DDP": [16 * psi] * q,
+                        "ZeRO-1": [8 * psi + 8 * max(0, min(shard, psi - r * shard)) for r in range(q)],
                         "FSDP": [16 * fsdp_shard_numel(shapes, q, r) for r in range(q)]}[name]
                 # ... and the chapter's formula, which ignores padding.
                 formula = {"DDP": 16 * psi, "ZeRO-1": 8 * psi + 8 * psi / q, "FSDP": 16 * psi / q}[name]

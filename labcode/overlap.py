@@ -119,6 +119,9 @@ class HandDDP(OverlapAllReduce):
         self.next, self.fired = 0, set()  # the next bucket to launch; hooks called
 
     def ready(self, i, param):
+        if param in self.fired:  # DDP refuses a second backward before the sync too
+            raise RuntimeError("a second backward pass before wait(): HandDDP averages "
+                               "each backward's gradients, so call wait() after each")
         self.fired.add(param)
         self.left[i] -= 1
         while self.next < len(self.buckets) and self.left[self.next] == 0:

@@ -14,7 +14,6 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.nn.utils import vector_to_parameters
 
 
 # From labs/07_sharding.ipynb, section "1. What every rank holds under DDP".
@@ -45,7 +44,11 @@ def model_state_bytes(psi, p=1, stage=0, k=ADAM_K, low=LOW_BYTES):
 
 
 # From labs/07_sharding.ipynb, section "2. ZeRO-1 by hand".
-NOT_ELEMENTWISE = ("LBFGS", "Adafactor", "Muon", "SparseAdam")  # in torch.optim
+NOT_ELEMENTWISE = tuple(
+    getattr(torch.optim, name)
+    for name in ("LBFGS", "Adafactor", "Muon", "SparseAdam")
+    if hasattr(torch.optim, name)
+)
 
 
 # From labs/07_sharding.ipynb, section "2. ZeRO-1 by hand".
@@ -98,20 +101,24 @@ class ZeRO1(SlicedState, torch.optim.Optimizer):
     # gradient and counts each parameter's steps as it would for the whole parameter.
     def __init__(self, params, optimizer_class=torch.optim.Adam, group=None,
                  find_unused=False, **defaults):
-        if optimizer_class.__name__ in NOT_ELEMENTWISE:
-            raise ValueError(
-                f"{optimizer_class.__name__} does not update each value on its own; "
-                "ZeroRedundancyOptimizer keeps whole parameters"
-            )
+        if isinstance(optimizer_class, type) and issubclass(optimizer_class,
+                                                            NOT_ELEMENTWISE):
+            raise ValueError(f"{optimizer_class.__name__} does not update each value "
+                             "from its own gradient and state: a slice cannot serve it")
         super().__init__(params, defaults)  # param_groups: the whole parameters
         self.group, self.find_unused = group, find_unused
         self.ranks, r = dist.get_world_size(group), dist.get_rank(group)
-        with torch.no_grad():  # every rank starts from group rank 0's values, as in DDP
-            for q in (q for g in self.param_groups for q in g["params"]):
-                dist.broadcast(q, group=group, group_src=0)
         # frozen parameters are left out: they get no gradient, so no state
-        every = [q for g in self.param_groups for q in g["params"]]
-        self.trained = [q for q in every if q.requires_grad]
+        self.every = [q for g in self.param_groups for q in g["params"]]
+        self.trained = [q for q in self.every if q.requires_grad]
+        self.frozen = [not q.requires_grad for q in self.every]
+        kinds = {(q.dtype, q.device) for q in self.trained}
+        if len(kinds) != 1:
+            raise ValueError("ZeRO1 needs trained parameters, of one dtype on one "
+                             f"device; these are {sorted(map(str, kinds))}")
+        with torch.no_grad():  # every rank starts from group rank 0's values, as in DDP
+            for q in self.every:
+                dist.broadcast(q, group=group, group_src=0)
         self.numel = sum(q.numel() for q in self.trained)               # Ψ
         self.shard_numel = -(-self.numel // self.ranks)                 # ⌈Ψ/p⌉
         group_of = {id(q): k for k, g in enumerate(self.param_groups)
@@ -128,6 +135,9 @@ class ZeRO1(SlicedState, torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
+        if [not q.requires_grad for q in self.every] != self.frozen:
+            raise ValueError("a parameter was frozen or unfrozen after ZeRO1 was "
+                             "built, which cut its slices then: build a new ZeRO1")
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -137,13 +147,15 @@ class ZeRO1(SlicedState, torch.optim.Optimizer):
         grads = torch.cat([(q.grad if h else torch.zeros_like(q)).reshape(-1)
                            for q, h in zip(self.trained, has)])
         grads = F.pad(grads, (0, self.ranks * self.shard_numel - self.numel))
-        used = torch.tensor(has, dtype=torch.int32, device=grads.device)
+        used = has
         if self.find_unused:  # a gradient on any rank counts; the others add zeros
+            used = torch.tensor(has, dtype=torch.int32, device=grads.device)
             dist.all_reduce(used, group=self.group)
+            used = used.tolist()
         mine = torch.empty(self.shard_numel, dtype=grads.dtype, device=grads.device)
         dist.reduce_scatter_single(mine, grads, group=self.group)  # my slice of the sum
         mine /= self.ranks                                         # the mean, as DDP's
-        at, used = 0, used.tolist()
+        at = 0
         for i, a, b, piece in self.pieces:
             piece.copy_(self.trained[i].reshape(-1)[a:b])  # as they are now (a load)
             piece.grad = mine[at:at + b - a] if used[i] else None  # None: no step
@@ -156,8 +168,16 @@ class ZeRO1(SlicedState, torch.optim.Optimizer):
             at += piece.numel()
         full = torch.empty_like(grads)
         dist.all_gather_single(full, mine, group=self.group)       # every updated slice
-        vector_to_parameters(full[:self.numel], self.trained)
+        sizes = [q.numel() for q in self.trained]
+        for q, values in zip(self.trained, full[:self.numel].split(sizes)):
+            q.copy_(values.view_as(q))  # in place: the parameters keep their storage
         return loss
+
+    def add_param_group(self, param_group):
+        if hasattr(self, "optim"):  # after __init__: the slices are already cut
+            raise NotImplementedError("ZeRO1 cuts its slices once: give every param "
+                                      "group to its constructor")
+        super().add_param_group(param_group)
 
 
 # From labs/07_sharding.ipynb, section "3. ZeRO-1 and FSDP train what DDP trains".

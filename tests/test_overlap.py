@@ -48,4 +48,4 @@ def test_hand_ddp_trains_what_ddp_and_one_process_train_on_frozen_tied_and_buffe
     """Ranks seeded differently; bucket caps 0, 4 KiB and unlimited; gradients arriving in another
     order on each rank (which the bare OverlapAllReduce gets wrong); an unused parameter named."""
     caps = [f"{c}{n}" for n in ("0", "4KiB", "unlimited") for c in ("cap", "frozen", "tied")]
-    assert_every_rank_passes("check_hand_ddp.py", p, caps + ["caps", "order", "bare_order_wrong", "unused"])
+    assert_every_rank_passes("check_hand_ddp.py", p, caps + ["caps", "order", "bare_order_wrong", "unused", "twice"])

@@ -47,11 +47,13 @@ def test_zero1_by_hand_equals_ddp_adam_shards_its_state_and_sends_two_collective
 @pytest.mark.parametrize("p", [2, 3])
 def test_zero1_wraps_any_optimizer_as_a_torch_optimizer_with_a_scheduler_and_a_checkpoint_under_mpiexec(p):
     """Adam, AdamW and SGD with momentum against ZeroRedundancyOptimizer and one process, ranks
-    seeded differently, a frozen layer and a parameter without gradient; a scheduler; a resumed
-    checkpoint; find_unused; LBFGS refused."""
+    seeded differently, a frozen layer, a parameter without gradient and one with a gradient every
+    other step; a scheduler; a resumed checkpoint; find_unused; a rank with an empty slice; what it
+    cannot do refused."""
     names = [n for o in ("adam", "adamw", "sgd") for n in (o, f"{o}_skips")]
     assert_every_rank_passes("check_zero1.py", p, names + [
-        "scheduler", "resume", "wrong_rank", "find_unused", "default_skips", "refuses_lbfgs"])
+        "scheduler", "resume", "wrong_rank", "find_unused", "default_skips", "tiny", "refuses_lbfgs",
+        "refuses_mixed", "refuses_unfrozen", "refuses_new_group"])
 
 
 def test_collectives_of_sees_ddp_buckets_through_a_hook_and_later_steps_do_not_change_its_list(tmp_path):

@@ -1,7 +1,8 @@
 """Run under `mpiexec -n p`: Lab 4's HandDDP trains what DDP and one process train, on models
 with a frozen layer, tied weights and buffers, from ranks seeded differently, at bucket caps of
-0 (one parameter per bucket), 4 KiB and unlimited; a parameter without gradient is named in an
-error on every rank, and nothing hangs."""
+0 (one parameter per bucket), 4 KiB and unlimited; gradients arriving in another order on each
+rank; a parameter without gradient on any rank is named in an error on every rank; a second
+backward pass before wait() is refused."""
 import math
 import sys
 
@@ -124,9 +125,19 @@ checks["order"] = (swapped_grads("hand") - g_ref).abs().max().item() <= 1e-12
 # one size, and the sums are wrong (the check above fails on it). One rank has nobody to pair.
 checks["bare_order_wrong"] = ((swapped_grads("bare") - g_ref).abs().max().item() > 1e-3) == (p > 1)
 
-# A parameter that gets no gradient: every rank names it, and every rank gets past it.
-model = build(rank)
-model.spare = nn.Linear(2, 2).double()
+# A parameter that gets no gradient, registered first so that its bucket is the last: the
+# buckets before it are launched, finished, and the error names it on every rank.
+class WithSpare(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.spare = nn.Linear(2, 2).double()
+        self.body = build(rank)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+model = WithSpare()
 hooks = HandDDP(model, 0)
 x, y = tokens(0, rank)
 F.cross_entropy(model(x), y).backward()
@@ -137,6 +148,17 @@ except RuntimeError as e:
     message = str(e)
 checks["unused"] = all(s in message for s in ("no gradient reached", "spare.weight", "spare.bias",
                                               "find_unused_parameters=True"))
+# Two backward passes before wait() would average only the first: refused.
+model = build(rank)
+hooks = HandDDP(model, 0)
+F.cross_entropy(model(x), y).backward()
+try:
+    F.cross_entropy(model(x), y).backward()
+    message = ""
+except RuntimeError as e:
+    message = str(e)
+hooks.wait()  # the first backward's all-reduces, launched on every rank
+checks["twice"] = "a second backward pass before wait()" in message
 sys.stdout.write(f"rank {rank}: " + " ".join(f"{k} {v}" for k, v in checks.items()) + "\n")
 sys.stdout.flush()
 engine.finalize()
