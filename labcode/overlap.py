@@ -119,7 +119,7 @@ class HandDDP(OverlapAllReduce):
         self.next, self.fired = 0, set()  # the next bucket to launch; hooks called
 
     def ready(self, i, param):
-        if param in self.fired:  # DDP refuses a second backward before the sync too
+        if param in self.fired:  # DDP syncs every backward itself; HandDDP needs wait()
             raise RuntimeError("a second backward pass before wait(): HandDDP averages "
                                "each backward's gradients, so call wait() after each")
         self.fired.add(param)
