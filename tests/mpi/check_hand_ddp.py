@@ -49,6 +49,11 @@ def build(seed):
     return TiedLM().double()
 
 
+def state_vector(module):
+    """Parameters and buffers, one vector."""
+    return torch.cat([t.detach().reshape(-1) for t in list(module.parameters()) + list(module.buffers())])
+
+
 def train(model, after_backward=lambda: None):
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     for step in range(STEPS):
@@ -57,8 +62,7 @@ def train(model, after_backward=lambda: None):
         F.cross_entropy(model(x), y).backward()
         after_backward()
         opt.step()
-    module = getattr(model, "module", model)
-    return torch.cat([t.detach().reshape(-1) for t in list(module.parameters()) + list(module.buffers())])
+    return state_vector(getattr(model, "module", model))
 
 
 # One process on the global batch (every rank's rows), from rank 0's seed: the reference.
@@ -69,7 +73,7 @@ for step in range(STEPS):
     loss = sum(F.cross_entropy(ref(x), y) for x, y in (tokens(step, r) for r in range(p))) / p
     loss.backward()
     opt.step()
-w_ref = torch.cat([t.detach().reshape(-1) for t in list(ref.parameters()) + list(ref.buffers())])
+w_ref = state_vector(ref)
 w_ddp = train(DDP(build(rank)))
 frozen_before = build(0).frozen.weight.detach().clone()
 checks, buckets = {}, {}
@@ -80,7 +84,7 @@ for name, cap in CAPS.items():
     d_ref, d_ddp = (w - w_ref).abs().max().item(), (w - w_ddp).abs().max().item()
     checks[f"cap{name}"] = d_ref <= 1e-12 and d_ddp <= 1e-12
     checks[f"frozen{name}"] = model.frozen.weight.grad is None and torch.equal(model.frozen.weight, frozen_before)
-    # the tied embed.weight (= head.weight) once, hidden.weight and hidden.bias; not frozen.*
+    # the tied embed.weight (= head.weight) once, the two hidden layers; not frozen.*
     checks[f"tied{name}"] = sorted(map(hooks.names.get, (q for b in hooks.buckets for q in b))) == [
         "embed.weight", "hidden.0.bias", "hidden.0.weight", "hidden.2.bias", "hidden.2.weight"]
     buckets[name] = len(hooks.buckets)

@@ -67,7 +67,8 @@ def train(model, opt, steps, sched=None, one_process=False, first=0):
         getattr(model, "module", model).step_number = step
         opt.zero_grad()
         if one_process:  # every rank's loss, averaged: the global batch
-            sum(F.cross_entropy(model(*batch(step, r)[:1], r), batch(step, r)[1]) for r in range(p)).div(p).backward()
+            batches = [batch(step, r) for r in range(p)]
+            sum(F.cross_entropy(model(x, r), y) for r, (x, y) in enumerate(batches)).div(p).backward()
         else:
             x, y = batch(step, rank)
             F.cross_entropy(model(x, rank), y).backward()
@@ -104,7 +105,7 @@ for name, (cls, kw) in OPTIMIZERS.items():
               file=sys.stderr)
 
 
-def scheduled(model, opt_class, steps, **kw):
+def scheduled(model, opt_class):
     opt = opt_class(groups(model), torch.optim.AdamW, lr=1e-2, weight_decay=0.1) if opt_class is ZeRO1 else \
         torch.optim.AdamW(groups(model), lr=1e-2, weight_decay=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 0.5 ** k)
@@ -113,10 +114,10 @@ def scheduled(model, opt_class, steps, **kw):
 
 # A scheduler halves the learning rate every step, through param_groups.
 ref = build(0)
-opt, sched = scheduled(ref, torch.optim.AdamW, STEPS)
+opt, sched = scheduled(ref, torch.optim.AdamW)
 w_ref = train(ref, opt, STEPS, sched, one_process=True)
 zero = build(rank)
-opt, sched = scheduled(zero, ZeRO1, STEPS)
+opt, sched = scheduled(zero, ZeRO1)
 w_sched = train(zero, opt, STEPS, sched)
 lrs = [g["lr"] for g in opt.param_groups]
 checks["scheduler"] = (w_sched - w_ref).abs().max().item() <= 1e-12 and lrs == [1e-2 * 0.5 ** STEPS,
@@ -125,25 +126,19 @@ checks["scheduler"] = (w_sched - w_ref).abs().max().item() <= 1e-12 and lrs == [
 # A checkpoint after 2 steps, through bytes as torch.save writes them, resumed into a new model and
 # optimizer of another seed: the same weights as the 4 steps without a stop.
 first = build(rank)
-opt, sched = scheduled(first, ZeRO1, STEPS)
+opt, sched = scheduled(first, ZeRO1)
 train(first, opt, 2, sched)
 saved = io.BytesIO()
 torch.save({"model": first.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict()}, saved)
 saved.seek(0)
 state = torch.load(saved)
 second = build(rank + 7)
-opt2, sched2 = scheduled(second, ZeRO1, STEPS)
+opt2, sched2 = scheduled(second, ZeRO1)
 second.load_state_dict(state["model"])
 opt2.load_state_dict(state["opt"])
 sched2.load_state_dict(state["sched"])
-for step in range(2, STEPS):  # the remaining steps, on the same batches as the run without a stop
-    second.step_number = step
-    opt2.zero_grad()
-    x, y = batch(step, rank)
-    F.cross_entropy(second(x, rank), y).backward()
-    opt2.step()
-    sched2.step()
-d_resume = (vector(second) - w_sched).abs().max().item()
+# the remaining steps, on the same batches as the run without a stop
+d_resume = (train(second, opt2, STEPS, sched2, first=2) - w_sched).abs().max().item()
 checks["resume"] = d_resume == 0
 if d_resume:
     print(f"rank {rank}: resumed vs uninterrupted: {d_resume:.1e}", file=sys.stderr)
