@@ -21,3 +21,20 @@ def use_book_style() -> None:
             "figure.constrained_layout.use": True,
         }
     )
+
+
+def svg_bytes(fig) -> bytes:
+    """The figure as SVG, the same bytes on every run (no date, fixed ids, text kept as text).
+
+    The book's drawn figures (img/*/make_figures.py) are stored this way, so that
+    tests/test_figures.py can redraw them and find a stored figure that no longer matches its code.
+    """
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    with matplotlib.rc_context({"svg.hashsalt": "dplab", "svg.fonttype": "none"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    return buffer.getvalue()

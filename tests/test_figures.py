@@ -1,0 +1,38 @@
+"""The book's drawn figures are what their scripts draw now.
+
+Every img/<page>/make_figures.py defines figures() -> {file name: SVG bytes}, drawn from the
+chapters' and labs' own functions (labcode); the stored files must equal a fresh drawing, so a
+figure cannot disagree with the code the text quotes.
+"""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(ROOT.glob("img/*/make_figures.py"))
+
+
+def load(script: Path):
+    spec = importlib.util.spec_from_file_location(f"figures_{script.parent.name}", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.parent.name)
+def test_stored_figures_match_their_script(script):
+    drawn = load(script).figures()
+    assert drawn, f"{script.relative_to(ROOT)} draws nothing"
+    stale = [name for name, data in drawn.items() if (script.parent / name).read_bytes() != data] \
+        if all((script.parent / n).is_file() for n in drawn) else sorted(drawn)
+    assert stale == [], (f"{stale} in {script.parent.relative_to(ROOT)} differ from what "
+                         f"{script.relative_to(ROOT)} draws: run .venv/bin/python {script.relative_to(ROOT)}")
+
+
+def test_every_stored_figure_has_a_script_or_is_hand_drawn():
+    """An SVG or PNG beside a make_figures.py is one that it draws (no leftovers from old versions)."""
+    for script in SCRIPTS:
+        drawn = set(load(script).figures())
+        stored = {p.name for p in script.parent.iterdir() if p.suffix in (".svg", ".png")}
+        assert stored <= drawn, f"{script.parent.relative_to(ROOT)}: {sorted(stored - drawn)} not drawn by its script"
