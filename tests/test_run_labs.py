@@ -101,3 +101,22 @@ def test_parallel_settings_run_at_once_and_a_setting_past_the_limit_is_killed_wh
     assert wait_until_gone(descendants() - before, timeout=5) == set()
     sleepers = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "600"]]
     assert sleepers == [], "the slow setting's processes outlived it"
+
+
+def test_parallel_settings_each_write_their_own_artifacts(tmp_path):
+    """Settings run at once must not share labs/artifacts/: Lab 4 saves a checkpoint there and
+    reads it back, and the GPU settings (make test-gpu) train different models."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import os, time\n"
+        "os.makedirs('artifacts', exist_ok=True)\n"
+        "open('artifacts/mine.txt', 'w').write(os.environ['WHICH'])\n"
+        "time.sleep(3)  # the other setting writes meanwhile\n"
+        "assert open('artifacts/mine.txt').read() == os.environ['WHICH'], 'overwritten'\n"
+        "assert os.path.isfile('../chapters/ddp_train.py')  # what Lab 5 runs")]
+    path = tmp_path / "labs" / "writer.ipynb"
+    path.parent.mkdir()
+    nbformat.write(nb, path)
+    out = run("--parallel", "--timeout", "120", "--setting", "a:WHICH=a", "--setting", "b:WHICH=b", str(path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert not (path.parent / "artifacts").exists(), "a setting wrote beside the original lab"

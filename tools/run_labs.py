@@ -15,8 +15,10 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -168,12 +170,36 @@ def describe_failure(nb, error: Exception) -> str:
     return f"FAIL: {type(error).__name__}: {str(error).strip().splitlines()[-1][:160]}"
 
 
+# What the labs read beside labs/ (Lab 5 runs ../chapters/ddp_train.py), linked into each copy.
+BESIDE_LABS = ["chapters", "img"]
+
+
+def own_copies(labs: list[Path], folder: Path) -> list[Path]:
+    """The labs copied into folder/labs, with BESIDE_LABS linked beside it: a setting run there
+    writes its own labs/artifacts/ (Lab 4's checkpoint, Lab 1's reference for Lab 2)."""
+    (folder / "labs").mkdir(parents=True)
+    for name in BESIDE_LABS:
+        (folder / name).symlink_to(ROOT / name, target_is_directory=True)
+    copies = []
+    for lab in labs:
+        copies.append(folder / "labs" / lab.name)
+        shutil.copyfile(lab, copies[-1])
+    return copies
+
+
 def run_in_parallel(labs: list[Path], settings: dict[str, dict[str, str]], timeout: float | None):
-    """Each setting in a process of its own (this script, one setting), all at once; a setting
-    still running after `timeout` s is killed, whole, and its unfinished labs say so."""
+    """Each setting in a process of its own (this script, one setting), all at once, on its own
+    copy of the labs; a setting still running after `timeout` s is killed, whole, and its
+    unfinished labs say so."""
+    with tempfile.TemporaryDirectory(prefix="run_labs-") as tmp:
+        return wait_for_settings(labs, settings, timeout, Path(tmp))
+
+
+def wait_for_settings(labs, settings, timeout, tmp: Path):
     procs = {}
-    for name, env in settings.items():
-        cmd = [sys.executable, __file__, "--settings-json", json.dumps({name: env}), *map(str, labs)]
+    for i, (name, env) in enumerate(settings.items()):
+        own = own_copies(labs, tmp / f"setting{i}")
+        cmd = [sys.executable, __file__, "--settings-json", json.dumps({name: env}), *map(str, own)]
         procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                        start_new_session=True)
     t0 = time.monotonic()
