@@ -2,9 +2,10 @@
 tools/export_labs.py: do not edit.
 
 - `labcode.allreduce`: from labs/03_allreduce_algorithms.ipynb
+- `labcode.collectives`: from chapters/collectives.md
 - `labcode.costmodel`: from labs/03_allreduce_algorithms.ipynb
 - `labcode.formulas`: from chapters/data_parallelism.md,
-  chapters/allreduce_algorithms.md, chapters/ddp.md, chapters/large_batch.md,
+  chapters/allreduce_algorithms.md, chapters/ddp_inside.md, chapters/large_batch.md,
   chapters/sharding.md, chapters/stragglers.md
 - `labcode.overlap`: from labs/04_ddp.ipynb
 - `labcode.sharding`: from labs/07_sharding.ipynb

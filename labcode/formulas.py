@@ -1,6 +1,6 @@
 """Generated from chapters/data_parallelism.md, chapters/allreduce_algorithms.md,
-chapters/ddp.md, chapters/large_batch.md, chapters/sharding.md, chapters/stragglers.md
-by tools/export_labs.py: do not edit.
+chapters/ddp_inside.md, chapters/large_batch.md, chapters/sharding.md,
+chapters/stragglers.md by tools/export_labs.py: do not edit.
 
 Change the chapter, then run `python tools/export_labs.py`; a test fails while the two differ.
 """
@@ -64,7 +64,7 @@ def two_level_times(n: float, p: int, nodes: int, alpha: float, beta_node: float
     return flat, inside + across
 
 
-# From chapters/ddp.md, section "Overlap: sync and async `all_reduce`".
+# From chapters/ddp_inside.md, section "Overlap: sync and async `all_reduce`".
 def overlap_step_time(compute: Sequence[float], comm: Sequence[float]) -> float:
     """Backward plus bucketed all-reduces: max over i of r_i + m_i + ... + m_k."""
     ready = np.cumsum(compute)                     # r_i
@@ -119,6 +119,22 @@ def loss_scale_range(dtype: torch.dtype, scale: float) -> tuple[float, float]:
     mantissa = round(-math.log2(fi.eps))              # stored fraction bits
     top_spacing = 2.0 ** (math.floor(math.log2(fi.max)) - mantissa)
     return fi.smallest_normal * fi.eps / 2 / scale, (fi.max + top_spacing / 2) / scale
+
+
+# From chapters/large_batch.md, section "Why fp16 gradients underflow, and loss scaling".
+def cast_fractions(values: torch.Tensor, dtype: torch.dtype,
+                   scale: float = 1.0) -> dict[str, float]:
+    """Shares of the nonzero values that, times `scale` and rounded to `dtype`, become
+    zero, subnormal, normal or infinite."""
+    cast = (values[values != 0].double() * scale).to(dtype).double().abs()
+    tiny = torch.finfo(dtype).smallest_normal
+    kinds = {"zero": cast == 0, "subnormal": (cast > 0) & (cast < tiny),
+             "normal": (cast >= tiny) & torch.isfinite(cast), "inf": torch.isinf(cast)}
+    return {kind: int(is_kind.sum()) / len(cast) for kind, is_kind in kinds.items()}
+
+
+# From chapters/large_batch.md, section "Why fp16 gradients underflow, and loss scaling".
+FP16_GRAD_SAMPLES = 256
 
 
 # From chapters/large_batch.md, section "DataParallel versus DDP, in bytes".

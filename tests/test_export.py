@@ -168,11 +168,13 @@ def test_check_fails_when_labcode_differs_from_a_chapter(tmp_path):
 
 
 def test_a_module_takes_labs_and_chapters_in_the_books_order():
-    pages = ["labs/04_ddp.ipynb", "chapters/ddp.md", "labs/03_allreduce_algorithms.ipynb",
-             "chapters/zz_not_in_the_toc.md", "chapters/allreduce_algorithms.md"]
+    pages = ["labs/04_ddp.ipynb", "chapters/ddp_inside.md", "chapters/ddp.md",
+             "labs/03_allreduce_algorithms.ipynb", "chapters/zz_not_in_the_toc.md",
+             "chapters/allreduce_algorithms.md"]
     assert export_labs.book_order(pages) == [
         "chapters/allreduce_algorithms.md", "labs/03_allreduce_algorithms.ipynb",
-        "chapters/ddp.md", "labs/04_ddp.ipynb", "chapters/zz_not_in_the_toc.md"]
+        "chapters/ddp.md", "chapters/ddp_inside.md", "labs/04_ddp.ipynb",
+        "chapters/zz_not_in_the_toc.md"]
 
 
 def labcode_imports(folder: Path) -> list[str]:

@@ -5,6 +5,7 @@ chapters' and labs' own functions (labcode); the stored files must equal a fresh
 figure cannot disagree with the code the text quotes.
 """
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,10 @@ SCRIPTS = sorted(ROOT.glob("img/*/make_figures.py"))
 
 
 def load(script: Path):
-    spec = importlib.util.spec_from_file_location(f"figures_{script.parent.name}", script)
+    name = f"figures_{script.parent.name}"
+    spec = importlib.util.spec_from_file_location(name, script)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

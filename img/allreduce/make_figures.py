@@ -1,27 +1,68 @@
-"""Draw img/allreduce/ring_steps.png: what each rank holds after every ring step (p = 4).
+"""Draw the all-reduce chapter's figures (img/allreduce/*.svg) from Lab 3's own code.
+
+- alpha_beta.svg: the time of one message against its size, from the lab's cost model.
+- tree.svg: who sends to whom in each round of Lab 3's binomial-tree all-reduce (P_TREE ranks).
+- ring_steps.svg: who sends which chunk to whom in each step of Lab 3's ring all-reduce (P
+  ranks), and which chunks each rank then holds fully reduced.
+- costs.svg: naive, tree, ring and Rabenseifner against n, from the lab's cost model, with the
+  chapter's ring-tree crossover (labcode.formulas).
+
+The two schedules are not drawn from a description: the script runs `allreduce_tree` and
+`allreduce_ring` on threads (`dplab.localcomm.run_ranks`) through a communicator that records
+every message, so the pictures are the lab's real schedules.
 
 Run from the repository root: .venv/bin/python img/allreduce/make_figures.py
+(tests/test_figures.py fails while a stored figure differs from what this script draws).
 """
-import os
+from dataclasses import dataclass
+from pathlib import Path as FilePath
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.path import Path
+from matplotlib.patches import FancyArrowPatch, Rectangle
 
+import dplab.hardware as hw
+import labcode.costmodel as cm
+import labcode.formulas as lf
 from dplab.localcomm import run_ranks
-from dplab.plots import use_book_style
-from labcode.allreduce import allreduce_ring
+from dplab.plots import PALETTE, svg_bytes, use_book_style
+from labcode.allreduce import allreduce_ring, allreduce_tree
 
-P = 4
+P = 4        # ranks in the ring figure (the chapter reads this line)
+P_TREE = 8   # ranks in the tree figure (the chapter reads this line)
+P_COST = 64  # ranks in the cost curves: the chapter's InfiniBand job (it checks this line)
+FONT = 8     # points: the smallest text the book allows
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a recorded schedule: its round, sender, receiver and the elements of
+    the sender's vector it carries."""
+
+    round: int
+    src: int
+    dst: int
+    start: int
+    size: int
 
 
 class Recorder:
-    """Forwards to a LocalComm and keeps a copy of this rank's x at the start of every Sendrecv."""
+    """Forwards to a LocalComm; records the messages this rank sends and x at every Sendrecv.
+
+    Rounds are counted with a logical clock: a rank sends at most one message per round, and
+    a message sent in round k can be used from round k + 1. Each message is followed by its
+    round, so the receiver learns when it left.
+    """
 
     def __init__(self, comm, x: np.ndarray):
-        self.comm, self.x, self.states = comm, x, []
+        self.comm, self.x = comm, x
+        self.round = 0                 # the round of this rank's next send
+        self.sent: list[Message] = []
+        self.states: list[np.ndarray] = []  # x at the start of every Sendrecv
 
     def Get_rank(self) -> int:
         return self.comm.Get_rank()
@@ -29,46 +70,202 @@ class Recorder:
     def Get_size(self) -> int:
         return self.comm.Get_size()
 
-    def Sendrecv(self, sendbuf, dest, recvbuf, source) -> None:
+    def _send(self, buf: np.ndarray, dest: int) -> None:
+        offset = buf.__array_interface__["data"][0] - self.x.__array_interface__["data"][0]
+        self.sent.append(Message(self.round, self.Get_rank(), dest,
+                                 offset // self.x.itemsize, buf.size))
+        self.comm.Send(buf, dest=dest)
+        self.comm.Send(np.array([self.round]), dest=dest)
+
+    def _recv(self, buf: np.ndarray, source: int) -> int:
+        self.comm.Recv(buf, source=source)
+        sent_in = np.empty(1, dtype=int)
+        self.comm.Recv(sent_in, source=source)
+        return int(sent_in[0])
+
+    def Send(self, buf, dest: int) -> None:
+        self._send(buf, dest)
+        self.round += 1
+
+    def Recv(self, buf, source: int) -> None:
+        self.round = max(self.round, self._recv(buf, source) + 1)
+
+    def Sendrecv(self, sendbuf, dest: int, recvbuf, source: int) -> None:
         self.states.append(self.x.copy())
-        self.comm.Sendrecv(sendbuf, dest=dest, recvbuf=recvbuf, source=source)
+        self._send(sendbuf, dest)
+        self.round = max(self.round + 1, self._recv(recvbuf, source) + 1)
 
 
-def ring_states(p: int) -> list[tuple[str, np.ndarray]]:
-    """Before each step and at the end: for rank r and chunk c, how many ranks' contributions r holds.
+def record(allreduce, p: int) -> tuple[list[Message], list[list[np.ndarray]]]:
+    """Run Lab 3's all-reduce on p threads with x = ones(p) on every rank.
 
-    Runs Lab 3's own allreduce_ring on p threads with x = ones(p): one element per chunk, so
-    each element counts the contributions its rank has added into that chunk.
+    Returns every message sent, by round, and for each rank its x after every Sendrecv: one
+    element per chunk, so an element counts the ranks whose values its chunk holds.
     """
-    def rank(comm) -> list[np.ndarray]:
+    def rank(comm):
         x = np.ones(p, dtype=int)
         rec = Recorder(comm, x)
-        allreduce_ring(rec, x)
-        return rec.states + [x.copy()]
+        out = allreduce(rec, x)
+        assert np.array_equal(out, np.full(p, p))  # the all-reduce is right
+        return rec.sent, rec.states[1:] + [x.copy()]
 
-    per_rank = run_ranks(p, rank)  # per_rank[r][k]: rank r's x before step k (k = 2(p - 1): the end)
-    titles = (["start"] + [f"reduce-scatter {s + 1}" for s in range(p - 1)]
-              + [f"all-gather {s + 1}" for s in range(p - 1)])
-    assert all(len(states) == len(titles) for states in per_rank)
-    return [(title, np.stack([states[k] for states in per_rank])) for k, title in enumerate(titles)]
+    per_rank = run_ranks(p, rank)
+    messages = sorted((m for sent, _ in per_rank for m in sent),
+                      key=lambda m: (m.round, m.src))
+    # The recorded rounds are the lab's cost model's: as many rounds, as many senders in each.
+    name = {allreduce_tree: "tree", allreduce_ring: "ring"}[allreduce]
+    rounds = cm.schedule(name, 1.0, p)
+    assert [sum(m.round == k for m in messages) for k in range(len(rounds))] \
+        == [s.senders for s in rounds] and messages[-1].round == len(rounds) - 1
+    return messages, [states for _, states in per_rank]
+
+
+def alpha_beta_figure():
+    """One message of n bytes over InfiniBand: the α-β time and its two terms."""
+    alpha, beta = hw.ALPHA, hw.infiniband_beta()
+    n = np.logspace(0, 9, 200)
+    t = np.array([cm.Cost(1, b, 0).time(alpha, beta) for b in n])
+    fig, ax = plt.subplots(figsize=(4.5, 3.0))
+    ax.loglog(n, t * 1e6, color=PALETTE[0], lw=2, label="t = α + nβ")
+    ax.loglog(n, np.full_like(n, alpha * 1e6), "--", color=PALETTE[1], lw=1,
+              label=f"α = {alpha * 1e6:g} µs (assumed)")
+    ax.loglog(n, n * beta * 1e6, ":", color=PALETTE[2], lw=1.5,
+              label=f"nβ, 1/β = {1e-9 / beta:g} GB/s")
+    half = alpha / beta
+    ax.axvline(half, color="0.5", lw=0.8)
+    ax.text(half * 1.3, 3e3, f"n = α/β\n= {half / 1e3:g} kB", fontsize=FONT, va="top")
+    ax.set(xlabel="message size n (bytes)", ylabel="time of one message (µs)",
+           ylim=(1, 1e5), title="one message over NDR InfiniBand")
+    ax.legend(fontsize=FONT, loc="upper left")
+    return fig
+
+
+def arc(ax, src: float, dst: float, y: float, height: float, color: str, label: str) -> None:
+    """An arrow from (src, y) to (dst, y) that bulges by height (up if > 0), labelled at its
+    apex."""
+    path = Path([(src, y), ((src + dst) / 2, y + 2 * height), (dst, y)],
+                [Path.MOVETO, Path.CURVE3, Path.CURVE3])
+    ax.add_patch(FancyArrowPatch(path=path, arrowstyle="-|>", mutation_scale=9, lw=1.2,
+                                 color=color))
+    ax.text((src + dst) / 2, y + height, label, ha="center", va="center", fontsize=FONT,
+            color=color, bbox=dict(boxstyle="circle,pad=0.15", fc="white", ec=color, lw=0.8))
+
+
+def tree_figure():
+    """Lab 3's allreduce_tree at P_TREE ranks: reduce arrows above, broadcast below."""
+    messages, _ = record(allreduce_tree, P_TREE)
+    L = cm.log2_ceil(P_TREE)
+    fig, ax = plt.subplots(figsize=(6.5, 3.2))
+    box_h = 0.5
+    for r in range(P_TREE):
+        ax.add_patch(Rectangle((r - 0.3, -box_h / 2), 0.6, box_h, fc="0.93", ec="0.3",
+                               lw=0.8))
+        ax.text(r, 0, f"rank {r}", ha="center", va="center", fontsize=FONT)
+    for m in messages:
+        k = m.round + 1                     # rounds 1 to L reduce, L + 1 to 2L broadcast
+        height = 0.36 * abs(m.src - m.dst)
+        if k <= L:   # above: leave from the left half, arrive on the right, outer to the left
+            arc(ax, m.src - 0.16, m.dst + 0.24 - 0.1 * k, box_h / 2, height, PALETTE[0],
+                str(k))
+        else:        # below: the same, mirrored
+            arc(ax, m.src - 0.16 + 0.1 * (k - L), m.dst - 0.16, -box_h / 2, -height,
+                PALETTE[1], str(k))
+    top = 0.36 * (P_TREE // 2) + box_h / 2 + 0.1
+    right = P_TREE - 0.5
+    ax.text(right, top, f"reduce: rounds 1 to {L}", fontsize=FONT + 1, ha="right",
+            color=PALETTE[0], va="top")
+    ax.text(right, -top, f"broadcast: rounds {L + 1} to {2 * L}", fontsize=FONT + 1,
+            ha="right", color=PALETTE[1], va="bottom")
+    ax.set_xlim(-0.5, right)
+    ax.set_ylim(-top - 0.1, top + 0.1)
+    ax.axis("off")
+    return fig
+
+
+def rank_box(ax, x: float, y: float, r: int, counts: np.ndarray, p: int) -> None:
+    """Rank r at (x, y) with its p chunks: shaded by how many ranks' values each holds,
+    solid and bold once it holds all p."""
+    w = 0.22
+    ax.text(x, y + w / 2 + 0.04, f"rank {r}", ha="center", va="bottom", fontsize=FONT)
+    cmap = plt.get_cmap("Blues")
+    for c, k in enumerate(counts):
+        full = k == p
+        cx = x + (c - p / 2) * w
+        ax.add_patch(Rectangle((cx, y - w / 2), w, w, lw=0.6, ec="0.3",
+                               fc=PALETTE[0] if full else cmap(0.08 + 0.45 * k / p)))
+        ax.text(cx + w / 2, y, str(c), ha="center", va="center", fontsize=FONT,
+                color="white" if full else "black", weight="bold" if full else "normal")
+
+
+def ring_figure():
+    """Lab 3's allreduce_ring at P ranks, one panel per step, ranks on a ring."""
+    messages, states = record(allreduce_ring, P)
+    assert P == 4, "the layout puts the ranks on the corners of a square"
+    where = {0: (-0.85, 0.55), 1: (0.85, 0.55), 2: (0.85, -0.55), 3: (-0.85, -0.55)}
+    steps = 2 * (P - 1)
+    fig, axes = plt.subplots(2, P - 1, figsize=(7.0, 3.7))
+    for k, ax in enumerate(axes.flat):
+        phase = "reduce-scatter" if k < P - 1 else "all-gather"
+        ax.set_title(f"{phase}, step {k % (P - 1) + 1}", fontsize=FONT + 1)
+        for r, (x, y) in where.items():
+            rank_box(ax, x, y, r, states[r][k], P)
+        for m in (m for m in messages if m.round == k):
+            assert m.size == 1  # one element per chunk: the element's index is the chunk's
+            (x0, y0), (x1, y1) = where[m.src], where[m.dst]
+            if y0 == y1:  # along the top or the bottom
+                dx = np.sign(x1 - x0) * 0.48
+                a, b = (x0 + dx, y0), (x1 - dx, y1)
+                label_at, va = ((x0 + x1) / 2, y0 + (0.1 if y0 > 0 else -0.1)), \
+                    "bottom" if y0 > 0 else "top"
+            else:         # down the right side or up the left side
+                dy = np.sign(y1 - y0) * 0.2
+                a, b = (x0, y0 + dy), (x1, y1 - dy)
+                label_at, va = (x0 + (-0.12 if x0 > 0 else 0.12), 0), "center"
+            ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=9, lw=1.2,
+                                         color=PALETTE[1], shrinkA=0, shrinkB=0))
+            ax.text(*label_at, f"chunk {m.start}", fontsize=FONT, color=PALETTE[1],
+                    ha="right" if x0 > 0 and y0 != y1 else
+                    ("left" if y0 != y1 else "center"), va=va)
+        ax.set_xlim(-1.4, 1.4)
+        ax.set_ylim(-0.95, 0.95)
+        ax.set_aspect("equal")
+        ax.axis("off")
+    assert k == steps - 1
+    return fig
+
+
+def costs_figure():
+    """All-reduce time against n at P_COST ranks over InfiniBand, from the cost model."""
+    alpha, beta = hw.ALPHA, hw.infiniband_beta()
+    n = np.logspace(2, 10, 200)
+    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    styles = {"naive": "-", "tree": "-", "ring": "-", "rabenseifner": "--"}
+    for i, (alg, style) in enumerate(styles.items()):
+        t = [cm.allreduce_time(alg, b, P_COST, alpha, beta) for b in n]
+        ax.loglog(n, t, style, color=PALETTE[i], lw=1.5, label=alg)
+    cross = lf.ring_tree_crossover_bytes(P_COST, alpha, beta)
+    ax.axvline(cross, color="0.5", lw=0.8)
+    ax.text(cross / 1.4, 2.0, f"ring = tree\nat {cross / 1e6:.1f} MB", ha="right",
+            va="top", fontsize=FONT)
+    ax.set(xlabel="gradient size n (bytes)", ylabel="all-reduce time (s)",
+           title=f"p = {P_COST}, NDR InfiniBand, α = {alpha * 1e6:g} µs")
+    ax.legend(fontsize=FONT, loc="lower right")
+    return fig
+
+
+def figures() -> dict[str, bytes]:
+    """Every figure of the chapter: file name -> SVG bytes."""
+    use_book_style()
+    return {"alpha_beta.svg": svg_bytes(alpha_beta_figure()),
+            "tree.svg": svg_bytes(tree_figure()),
+            "ring_steps.svg": svg_bytes(ring_figure()),
+            "costs.svg": svg_bytes(costs_figure())}
 
 
 def main() -> None:
-    use_book_style()
-    states = ring_states(P)
-    fig, axes = plt.subplots(1, len(states), figsize=(8, 2.0))
-    for ax, (title, h) in zip(axes, states):
-        ax.imshow(h, cmap="Blues", vmin=0, vmax=P)
-        for r in range(P):
-            for c in range(P):
-                ax.text(c, r, str(h[r, c]), ha="center", va="center", fontsize=7,
-                        color="white" if h[r, c] == P else "black")
-        ax.set_title(title, fontsize=7)
-        ax.set_xticks(range(P), [f"c{c}" for c in range(P)], fontsize=6)
-        ax.set_yticks(range(P), [f"r{r}" for r in range(P)], fontsize=6)
-        ax.grid(False)
-    fig.suptitle("ring all-reduce, p = 4: contributions each rank (row) holds in each chunk (column)", fontsize=8)
-    fig.savefig(os.path.join(os.path.dirname(__file__), "ring_steps.png"))
+    here = FilePath(__file__).resolve().parent
+    for name, data in figures().items():
+        (here / name).write_bytes(data)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,210 @@
+"""Draw the DDP chapters' figures: img/ddp/ddp_run.svg ("Using DDP") and
+img/ddp/overlap_timeline.svg ("Inside DDP").
+
+ddp_run.svg reads chapters/ddp_train.py, the script that "Using DDP" lists, for the line of
+each call it shows; overlap_timeline.svg takes every start and end from the chapter's own
+step-time formula, labcode.formulas.overlap_step_time.
+
+Run from the repository root: .venv/bin/python img/ddp/make_figures.py
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.patches import FancyBboxPatch, Rectangle
+
+from dplab.plots import PALETTE, svg_bytes, use_book_style
+from labcode.formulas import overlap_step_time
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE.parents[1] / "chapters" / "ddp_train.py"
+FONT = 8
+
+# ---------------------------------------------------------------------------------------
+# ddp_run.svg: what every rank of chapters/ddp_train.py does, and where the ranks meet.
+RUN_P = 3  # ranks drawn
+LOCAL, TOGETHER, RANK0 = "local", "together", "rank 0"
+# (a line of ddp_train.py, what the figure calls it, who does it, what the box says)
+RUN = [
+    (r'dist\.init_process_group\("gloo"\)', "init_process_group", TOGETHER,
+     "rendezvous at MASTER_ADDR:MASTER_PORT, then connect"),
+    (r"ddp = DDP\(", "DDP(model)", TOGETHER,
+     "broadcast: rank 0's parameters and buffers to every rank"),
+    (r"sampler\.set_epoch\(epoch\)", "sampler.set_epoch(epoch)", LOCAL,
+     "the shuffle's items\n{r}, {r1}, {r2}, …"),
+    (r"loss = F\.cross_entropy\(ddp\(x\), y\)", "forward: ddp(x)", LOCAL,
+     "forward on its\nown B samples"),
+    (r"loss\.backward\(\)  #", "loss.backward()", TOGETHER,
+     "backward; all_reduce per bucket → the average gradient"),
+    (r"opt\.step\(\)", "opt.step()", LOCAL, "the same update"),
+    (r"save\(args\.epochs, ", "save(…)", RANK0, "all_gather, then\nwrites the file"),
+    (r"dist\.barrier\(\)", "dist.barrier()", TOGETHER,
+     "barrier: nobody goes on before the file is written"),
+    (r"dist\.destroy_process_group\(\)", "destroy_process_group()", LOCAL,
+     "closes its\nconnections"),
+]
+LOOPS = [("every step", 3, 5), ("every epoch", 2, 5)]  # rows of RUN each loop repeats
+
+
+def script_lines(pattern: str) -> list[int]:
+    """The numbers of the lines of ddp_train.py that match pattern."""
+    lines = SCRIPT.read_text().splitlines()
+    return [i + 1 for i, line in enumerate(lines) if re.search(pattern, line)]
+
+
+def run_rows() -> list[tuple[int, str, str, str]]:
+    """RUN with each call's line in ddp_train.py, checked to be one line and in this order."""
+    rows = []
+    for pattern, call, who, text in RUN:
+        found = script_lines(pattern)
+        assert len(found) == 1, f"{pattern!r} matches lines {found} of {SCRIPT.name}"
+        rows.append((found[0], call, who, text))
+    assert [r[0] for r in rows] == sorted(r[0] for r in rows), "calls out of order"
+    return rows
+
+
+def ddp_run() -> plt.Figure:
+    rows = run_rows()
+    fig = plt.figure(figsize=(7.0, 4.3), layout="none")
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, 7.0)
+    ax.set_ylim(len(rows) + 1.0, -0.2)
+    ax.axis("off")
+    col0, col_w = 2.72, 1.42  # inches: the first rank column, a rank column
+    colour = {LOCAL: PALETTE[0], TOGETHER: PALETTE[1], RANK0: PALETTE[2]}
+    for r in range(RUN_P):
+        ax.text(col0 + (r + 0.5) * col_w, 0.15, f"rank {r}", ha="center", va="center",
+                fontsize=FONT + 1, weight="bold")
+    ax.text(0.05, 0.15, "chapters/ddp_train.py", ha="left", va="center", fontsize=FONT + 1,
+            weight="bold")
+    for i, (line, call, who, text) in enumerate(rows):
+        y = i + 1
+        ax.text(0.05, y, f"line {line}", ha="left", va="center", fontsize=FONT, color="0.35")
+        ax.text(0.55, y, call, ha="left", va="center", fontsize=FONT, family="monospace")
+        box = dict(boxstyle="round,pad=0,rounding_size=0.06", linewidth=0.8,
+                   edgecolor=colour[who])
+        if who == TOGETHER:
+            ax.add_patch(FancyBboxPatch((col0 + 0.05, y - 0.34), RUN_P * col_w - 0.1, 0.68,
+                                        facecolor=colour[who] + "33", **box))
+            ax.text(col0 + RUN_P * col_w / 2, y, text, ha="center", va="center",
+                    fontsize=FONT)
+            continue
+        if who == RANK0:  # the other ranks take part in save()'s all_gather only
+            for r in range(1, RUN_P):
+                ax.text(col0 + (r + 0.5) * col_w, y, "all_gather only", ha="center",
+                        va="center", fontsize=FONT, color="0.35", style="italic")
+        for r in range(RUN_P if who == LOCAL else 1):
+            x = col0 + r * col_w
+            ax.add_patch(FancyBboxPatch((x + 0.08, y - 0.3), col_w - 0.16, 0.6,
+                                        facecolor=colour[who] + "22", **box))
+            ax.text(x + col_w / 2, y, text.format(r=r, r1=r + RUN_P, r2=r + 2 * RUN_P),
+                    ha="center", va="center", fontsize=FONT, linespacing=1.1)
+    for k, (name, first, last) in enumerate(LOOPS):
+        x = col0 - 0.06 - 0.2 * k
+        ax.plot([x, x], [first + 1 - 0.38, last + 1 + 0.38], color="0.4", linewidth=0.8)
+        ax.text(x - 0.04, (first + last) / 2 + 1, name, rotation=90, ha="right",
+                va="center", fontsize=FONT, color="0.35")
+    handles = [Rectangle((0, 0), 1, 1, facecolor=colour[w] + "33", edgecolor=colour[w])
+               for w in (LOCAL, TOGETHER, RANK0)]
+    ax.legend(handles, ["each rank on its own", "all ranks together (a collective)",
+                        "rank 0 only"], loc="lower center", ncol=3, fontsize=FONT,
+              frameon=False, bbox_to_anchor=(0.5, 0.0))
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# overlap_timeline.svg: one backward pass of three buckets, without and with overlap.
+# The two examples of "Inside DDP", section "Overlap: sync and async all_reduce": that
+# chapter reads them from here (time units: compute c_i and all-reduce m_i per bucket).
+EXAMPLES = {
+    "compute-bound": ([10, 10, 10], [1, 1, 1]),
+    "communication-bound": ([1, 1, 1], [10, 10, 10]),
+}
+
+
+def schedule(compute, comm, overlap: bool) -> dict[str, np.ndarray | float]:
+    """Each bucket's compute span and all-reduce span, from overlap_step_time alone.
+
+    Bucket i's all-reduce waits only for buckets 1..i, so it ends at the step time of the
+    first i buckets; without overlap, all gradients are one bucket, ready when backward ends.
+    """
+    compute, comm = np.asarray(compute, float), np.asarray(comm, float)
+    ready = np.cumsum(compute)
+    if overlap:
+        end = np.array([overlap_step_time(compute[:i], comm[:i])
+                        for i in range(1, len(comm) + 1)])
+    else:
+        end = overlap_step_time([compute.sum()], [comm.sum()]) - comm.sum() + np.cumsum(comm)
+    step = overlap_step_time(compute, comm) if overlap else \
+        overlap_step_time([compute.sum()], [comm.sum()])
+    assert np.isclose(end[-1], step)
+    return {"ready": ready, "start": end - comm, "end": end, "step": step,
+            "exposed": step - ready[-1]}
+
+
+def overlap_timeline() -> plt.Figure:
+    fig, axes = plt.subplots(len(EXAMPLES), 1, figsize=(7.0, 4.6))
+    horizon = max(max(overlap_step_time([sum(c)], [sum(m)]) for c, m in EXAMPLES.values()), 1)
+    for ax, (name, (compute, comm)) in zip(axes, EXAMPLES.items()):
+        rows = []  # (y, label)
+        for j, overlap in enumerate((False, True)):
+            s = schedule(compute, comm, overlap)
+            y_c, y_m = 3.2 - 2.2 * j, 2.4 - 2.2 * j
+            mode = "with overlap" if overlap else "without overlap"
+            rows += [(y_c, f"{mode}\nbackward"), (y_m, "all-reduce")]
+            starts = np.concatenate([[0.0], s["ready"][:-1]])
+            for i in range(len(compute)):
+                col = PALETTE[i]
+                ax.broken_barh([(starts[i], compute[i])], (y_c - 0.3, 0.6),
+                               facecolors=col + "66", edgecolors=col, linewidth=0.8)
+                ax.broken_barh([(s["start"][i], comm[i])], (y_m - 0.3, 0.6),
+                               facecolors=col, edgecolors=col, linewidth=0.8)
+                for y0, x0, w in ((y_c, starts[i], compute[i]), (y_m, s["start"][i], comm[i])):
+                    if w >= 2:
+                        ax.text(x0 + w / 2, y0, f"bucket {i + 1}" if w >= 5 else str(i + 1),
+                                ha="center", va="center", fontsize=FONT,
+                                color="black" if y0 == y_c else "white")
+            t_bwd, step = s["ready"][-1], s["step"]
+            ax.annotate("", xy=(step, y_m - 0.45), xytext=(t_bwd, y_m - 0.45),
+                        arrowprops=dict(arrowstyle="<->", color=PALETTE[3], lw=1.0,
+                                        shrinkA=0, shrinkB=0))
+            ax.text((t_bwd + step) / 2, y_m - 0.5, f"exposed {s['exposed']:g}",
+                    ha="center", va="top", fontsize=FONT, color=PALETTE[3])
+            ax.plot([step, step], [y_c + 0.4, y_m - 0.4], color="0.2", linewidth=1.0,
+                    linestyle="--")
+            ax.text(step + 0.3, y_c, f"step {step:g}", ha="left", va="center",
+                    fontsize=FONT)
+        c_txt = ", ".join(f"{v:g}" for v in compute)
+        m_txt = ", ".join(f"{v:g}" for v in comm)
+        ax.set_title(f"{name}: compute per bucket {c_txt}; all-reduce per bucket {m_txt}",
+                     fontsize=FONT + 1, loc="left")
+        ax.set_yticks([y for y, _ in rows], [t for _, t in rows], fontsize=FONT)
+        ax.set_ylim(-0.9, 3.7)
+        ax.set_xlim(0, horizon + 4.5)
+        ax.tick_params(axis="x", labelsize=FONT)
+        ax.grid(axis="y", visible=False)
+        ax.set_axisbelow(True)
+    axes[-1].set_xlabel("time since backward started (units)", fontsize=FONT)
+    return fig
+
+
+def figures() -> dict[str, bytes]:
+    """File name -> SVG bytes of every figure of the two DDP chapters."""
+    use_book_style()
+    return {"ddp_run.svg": svg_bytes(ddp_run()),
+            "overlap_timeline.svg": svg_bytes(overlap_timeline())}
+
+
+def main() -> None:
+    for name, data in figures().items():
+        (HERE / name).write_bytes(data)
+
+
+if __name__ == "__main__":
+    main()
