@@ -5,11 +5,14 @@ Change the lab, then run `python tools/export_labs.py`; a test fails while the t
 import functools
 import itertools
 import numpy as np
+import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from dplab.models import mlp
 from dplab.timing import interleaved
+from dplab.trace import covered_within
+from dplab.trace import union_length
 from labcode.formulas import overlap_step_time
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -167,6 +170,122 @@ def make_step(kind, x, y, device, cap=None, group=None):
 
 
 # From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+class StepTimeline:
+    # This rank's steps as events (dplab.trace's form): forward, backward, and each
+    # bucket's all-reduce from launch to finish. On a GPU a mark is a CUDA event on the
+    # current stream; events() reads them, in seconds, after a sync.
+    def __init__(self, rank, device):
+        self.rank, self.cuda = rank, device.type == "cuda"
+        self.origin = self.mark()
+        self.clear()
+
+    def clear(self):
+        self.step, self.spans = 0, []
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def span(self, lane, name, start, end):
+        self.spans.append((self.step, lane, name, start, end))
+
+    def seconds(self, m):
+        return self.origin.elapsed_time(m) / 1e3 if self.cuda else m - self.origin
+
+    def events(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+        return [dict(rank=self.rank, step=s, lane=lane, name=name,
+                     start=self.seconds(a), end=self.seconds(b))
+                for s, lane, name, a, b in self.spans]
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+def timed_allreduce_hook(timeline, group=None):
+    # DDP's own averaging as a comm hook, with each bucket's launch and finish marked.
+    # The finish is marked in the future's callback, which runs once the all-reduce is
+    # done (on a GPU, on a stream that waits for it).
+    p = dist.get_world_size(group)
+
+    def hook(state, bucket):
+        start = timeline.mark()
+        flat = bucket.buffer().div_(p)
+        fut = dist.all_reduce(flat, group=group, async_op=True).get_future()
+
+        def done(fut):
+            end = timeline.mark()
+            timeline.span("all-reduce", f"bucket {bucket.index()}", start, end)
+            return fut.value()[0]
+        return fut.then(done)
+    return hook
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+def traced_step(x, y, device, cap, group=None):
+    # make_step("ddp", ...) with the timed hook: the model, the step, and the
+    # StepTimeline to which each call of the step adds its events.
+    model, _ = make_step("ddp", x, y, device, cap, group)
+    timeline = StepTimeline(dist.get_rank(), device)
+    model.register_comm_hook(None, timed_allreduce_hook(timeline, group))
+    last = {}                                   # the last gradient marks backward's end
+    for q in model.parameters():
+        q.register_post_accumulate_grad_hook(lambda q: last.update(t=timeline.mark()))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step():
+        t0 = timeline.mark()
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        t1 = timeline.mark()
+        loss.backward()                         # DDP waits for its buckets in here
+        opt.step()
+        timeline.span("compute", "forward", t0, t1)
+        timeline.span("compute", "backward", t1, last["t"])
+        timeline.span("step", "step", t0, timeline.mark())
+        timeline.step += 1
+    return model, step, timeline
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+def timeline_facts(events):
+    # Each (rank, step) of a traced run: the step's length; backward's end; the time the
+    # all-reduces were in flight; the fraction of it spent while backward computed
+    # (overlap); the all-reduce time left after backward (exposed), in seconds. Also
+    # the buckets in launch order, and whether every all-reduce lay between forward's
+    # end and the step's end.
+    facts = {}
+    for e in events:
+        facts.setdefault((e["rank"], e["step"]), []).append(e)
+    for key, mine in facts.items():
+        get = {(e["lane"], e["name"]): e for e in mine}
+        step, fwd = get["step", "step"], get["compute", "forward"]
+        bwd = get["compute", "backward"]
+        comm = sorted((e["start"], e["end"], e["name"])
+                      for e in mine if e["lane"] == "all-reduce")
+        spans = [(a, b) for a, b, _ in comm]
+        flight = union_length(spans)
+        facts[key] = dict(
+            length=step["end"] - step["start"], backward_end=bwd["end"] - step["start"],
+            comm=flight, launched=[name for *_, name in comm],
+            overlap=covered_within(spans, (fwd["start"], bwd["end"])) / flight
+            if flight else 0.0,
+            exposed=max([b for _, b in spans] + [bwd["end"]]) - bwd["end"],
+            within=all(fwd["end"] <= a <= b <= step["end"] for a, b in spans))
+    return facts
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
+def slowest_per_step(facts, key):
+    # For each step in order, the largest `key` over the ranks (the slowest rank's).
+    steps = sorted({s for _, s in facts})
+    return np.array([max(f[key] for (_, s2), f in facts.items() if s2 == s)
+                     for s in steps])
+
+
+# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
 def slowest_rank_times(fns, repeats, device, group=None):
     # Seconds of every step in every repeat, the steps taking turns (interleaved) so
     # that a slow moment of the machine hits them all; each value is the slowest
@@ -225,3 +344,22 @@ def check_overlap(ratios, overlapped, tol, own_resource):
             f"bucket cap {cap} MiB: measured {r:.2f}, "
             f"the model allows {low:.2f} to {1 + tol:.2f}"
         )
+
+
+# From labs/04_ddp.ipynb, section "Your own timeline", "The check".
+def check_timeline(facts, n_buckets, timed, tol, comm=None):
+    # Assert what the plot shows. On every rank and step, the buckets 0, 1, ... were
+    # launched in that order, after forward, and finished within the step. The slowest
+    # rank's steps match `timed`, the same steps as the timing loop measured them (the
+    # median ratio within tol); and given `comm`, an all-reduce of all the gradients
+    # timed alone beside each step, so does the exposed time (the median gap within
+    # tol of a step).
+    for (r, s), f in facts.items():
+        assert f["launched"] == [f"bucket {i}" for i in range(n_buckets)], (r, s, f)
+        assert f["within"], f"rank {r}, step {s}: an all-reduce outside its step"
+    ratio = np.median(slowest_per_step(facts, "length") / np.asarray(timed))
+    assert abs(ratio - 1) <= tol, f"timeline steps {ratio:.2f} x the timed ones"
+    if comm is not None:
+        exposed = slowest_per_step(facts, "exposed")
+        gap = np.median((exposed - comm) / np.asarray(timed))
+        assert abs(gap) <= tol, f"exposed time off the timed one by {gap:.2f} x a step"
