@@ -55,20 +55,42 @@ def flat_grad(model):
 
 
 # From labs/08_stragglers.ipynb, section "2. A synchronous step, with and without the straggler".
-def sync_sgd_step(model, x, y, lr, weight, delay=0.0):
+def sync_sgd_step(model, x, y, lr, weight, delay=0.0, mark=None):
     # One synchronous SGD step: local gradient, the injected sleep, all-reduce of the
     # weighted gradients (weight = this rank's share of the global batch), update.
-    # Returns the local loss.
+    # mark(phase), if given, is called as each phase ends. Returns the local loss.
+    mark = mark or (lambda phase: None)
     model.zero_grad()
     loss = F.cross_entropy(model(x), y)
     loss.backward()
+    mark("compute")
     time.sleep(delay)
+    mark("sleep")
     g = flat_grad(model) * weight
     dist.all_reduce(g)
+    mark("all-reduce")
     with torch.no_grad():
         w = parameters_to_vector(model.parameters()) - lr * g
         vector_to_parameters(w, model.parameters())
+    mark("update")
     return loss.item()
+
+
+# From labs/08_stragglers.ipynb, section "2. A synchronous step, with and without the straggler".
+def phase_events(marks, rank):
+    # Events (dplab.trace's form) from (step, phase, seconds) marks, a "start" first in
+    # each step: every phase from the mark before it to its own, and the whole step.
+    events, begun, last = [], {}, {}
+    for s, phase, t in marks:
+        if phase != "start":
+            events.append(dict(rank=rank, step=s, lane="work", name=phase,
+                               start=last[s], end=t))
+        begun.setdefault(s, t)
+        last[s] = t
+        if phase == "update":
+            events.append(dict(rank=rank, step=s, lane="step", name="step",
+                               start=begun[s], end=t))
+    return events
 
 
 # From labs/08_stragglers.ipynb, section "3. Local SGD: average every H steps".
@@ -236,3 +258,23 @@ def ps_schedule(workers, updates, wait_for, c, delay):
                 heapq.heappush(events, (t + c + delay(jj, ii + 1), jj, ii + 1, version))
             waiting = []
     return np.array(times)
+
+
+# From labs/08_stragglers.ipynb, section "Every rank's wait, step by step", "The check (timings: this cell's output is not compared)".
+TOL_TRACE = 0.1  # the same calls timed by two clocks: only the marks differ
+
+
+# From labs/08_stragglers.ipynb, section "Every rank's wait, step by step", "The check (timings: this cell's output is not compared)".
+def all_reduce_extra(log, delays, clean):
+    # Each (rank, step)'s all-reduce time beyond the clean median, split by whether some
+    # other rank slept in that step (delayed) or nobody did (clean), from the timeline.
+    split = {"delayed": [], "clean": []}
+    for e in log:
+        if e["lane"] == "work" and e["name"] == "all-reduce":
+            r, s = e["rank"], e["step"]
+            others_slept = delays[s].max() > 0 and delays[s][r] == 0
+            nobody_slept = delays[s].max() == 0
+            kind = "delayed" if others_slept else "clean" if nobody_slept else None
+            if kind:
+                split[kind].append(e["end"] - e["start"] - clean)
+    return {k: np.array(v) for k, v in split.items()}

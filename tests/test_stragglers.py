@@ -36,3 +36,36 @@ def test_expected_maximum_is_the_closed_form_and_grows_with_p_while_the_median_w
 
 def test_parameter_server_applies_each_gradient_once_and_local_sgd_h1_is_sync_under_mpiexec():
     assert_every_rank_passes("check_stragglers.py", 3, ['once', 'exact', 'stale', 'backup', 'h1', 'rounds'])
+
+
+def simulated_marks(p, steps, misplaced=False, c=0.001, ar=0.0005, up=0.0002):
+    """What sync_sgd_step's marks record on p ranks that compute c, sleep their injected
+    delay, all-reduce (which ends ar after the last rank joins) and update. misplaced: the
+    all-reduce's mark taken before it starts, as a broken timeline would."""
+    from labcode.stragglers import phase_events
+    marks = {r: [] for r in range(p)}
+    for s in range(steps):
+        t0 = 10.0 * s
+        joined = max(t0 + c + straggler_delay(r, s) for r in range(p))
+        for r in range(p):
+            slept = t0 + c + straggler_delay(r, s)
+            done = joined + ar
+            marks[r] += [(s, "start", t0), (s, "compute", t0 + c), (s, "sleep", slept),
+                         (s, "all-reduce", slept if misplaced else done), (s, "update", done + up)]
+    return [e for r in range(p) for e in phase_events(marks[r], r)]
+
+
+@pytest.mark.parametrize("misplaced", [False, True])
+def test_lab8_timeline_puts_the_wait_in_the_all_reduce_and_its_check_catches_a_misplaced_mark(misplaced):
+    """Lab 8's timeline check: in a step where another rank slept d, a rank's all-reduce takes
+    d more than a clean one (median within d/2). A mark taken before the all-reduce hides it."""
+    from labcode.stragglers import STRAGGLER_D as d, all_reduce_extra
+    p, steps = 4, 60
+    log = simulated_marks(p, steps, misplaced)
+    delays = np.array([[straggler_delay(r, s) for r in range(p)] for s in range(steps)])
+    clean = np.median([e["end"] - e["start"] for e in log if e["name"] == "all-reduce"
+                       and delays[e["step"]].max() == 0])
+    extra = all_reduce_extra(log, delays, clean)
+    assert extra["delayed"].size and extra["clean"].size
+    assert (abs(np.median(extra["delayed"]) - d) < d / 2) is not misplaced
+    assert abs(np.median(extra["clean"])) < d / 2
