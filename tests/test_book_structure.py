@@ -91,3 +91,16 @@ def test_readme_timing_tables_are_the_saved_results():
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "readme_tables.py"), "--check"],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("path", LABS, ids=lambda p: p.name)
+def test_lab_asks_for_a_prediction_before_it_measures(path):
+    """Issue 34: before each Measure section the learner writes down a prediction: a markdown
+    cell with "Predict first." just before the section's heading or between it and its first
+    code cell."""
+    cells = nbformat.read(path, as_version=4).cells
+    for i, cell in enumerate(cells):
+        if cell.cell_type == "markdown" and re.search(r"^#+ .*Measure", cell.source, re.M):
+            j = next((k for k in range(i + 1, len(cells)) if cells[k].cell_type == "code"), len(cells))
+            assert any("**Predict first.**" in cells[k].source for k in range(i - 1, j)), (
+                f"{path.name}: no 'Predict first.' prompt before the Measure section in cell {i}")

@@ -76,3 +76,19 @@ def test_stub_and_paste_back_keep_the_indent_and_the_rest_of_the_cell():
     assert solutions.paste_back(stubbed, src) == src
     with pytest.raises(ValueError, match="not in the cell"):
         solutions.paste_back("def f(x):\n    return x", src)
+
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda p: p.stem)
+def test_what_the_learner_writes_is_collapsed_below_a_try_it_first_line(lab):
+    """Answers behind a click (issue 34): a cell with a solution region is folded in the book
+    (tag hide-input) and in JupyterLab (metadata jupyter.source_hidden), and the markdown above
+    it asks the reader to try first."""
+    nb = nbformat.read(lab, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or not solutions.regions(cell.source):
+            continue
+        assert "hide-input" in cell.metadata.get("tags", []), f"{lab.name} cell {i}: not folded in the book"
+        assert cell.metadata.get("jupyter", {}).get("source_hidden"), f"{lab.name} cell {i}: open in JupyterLab"
+        above = next(c for c in reversed(nb.cells[:i]) if c.cell_type == "markdown")
+        assert "Try it first" in above.source, f"{lab.name} cell {i}: no 'Try it first' above it"

@@ -4,8 +4,9 @@
     python tools/student.py --paste-back STUDENT.ipynb --out FILE   # the labs' solutions put back
 
 Each solution region (dplab.solutions) becomes a stub that raises NotImplementedError with the
-region's hint; the exercises' solution dropdowns are removed; outputs are cleared; check cells
-are kept, locked and checksummed, as `nbgrader generate_assignment` leaves them. The notebooks
+region's hint, in a cell shown unfolded (the book folds it, below a "Try it first." line that
+becomes "Your turn."); the exercises' solution dropdowns are removed; outputs are cleared; check cells are kept, locked and checksummed, as
+`nbgrader generate_assignment` leaves them. The notebooks
 go to OUT/labs/, and the folders beside labs/ that the book's pages need (SUPPORT) to the same
 place under OUT, so that OUT is the folder to hand out. The kit (dplab, labcode) comes from the learners'
 environment, as for the labs themselves.
@@ -27,6 +28,24 @@ ROOT = Path(__file__).resolve().parent.parent
 # Lab 5 runs chapters/ddp_train.py under torchrun) and their figures, at the repository's paths.
 SUPPORT = ["intro.md", "chapters", "img"]
 DROPDOWN = re.compile(r"^:::\{solution\}.*?^:::[ \t]*$\n?", re.M | re.S)  # an exercise's answer
+# The book's "Try it first." paragraph above a folded answer: the learner's copy has a stub there.
+TRY_FIRST = re.compile(r"^\*\*Try it first\.\*\*.*?(?=\n\n|\Z)", re.M | re.S)
+YOUR_TURN = ("**Your turn.** Fill in the stubs below (`raise NotImplementedError`); the checks "
+             "after them test what you write.")
+
+
+def show_code(cell) -> None:
+    """Unfold a cell's code: the book folds what the learner writes (tag hide-input, and
+    JupyterLab's source_hidden), so that its reader tries first; the learner gets the stub."""
+    tags = [t for t in cell.metadata.get("tags", []) if t != "hide-input"]
+    if tags:
+        cell.metadata["tags"] = tags
+    else:
+        cell.metadata.pop("tags", None)
+    jupyter = cell.metadata.get("jupyter", {})
+    jupyter.pop("source_hidden", None)
+    if not jupyter:
+        cell.metadata.pop("jupyter", None)
 
 
 def preprocessors():
@@ -45,6 +64,7 @@ def preprocessors():
             if cell.cell_type != "code" or not solutions.regions(cell.source):
                 return False
             cell.source = solutions.stub(cell.source)
+            show_code(cell)
             return True
 
     return [CheckCellMetadata(), HintedClearSolutions(), ClearOutput(), LockCells(),
@@ -60,6 +80,8 @@ def student_version(nb):
     for cell in nb.cells:
         if cell.cell_type == "markdown" and ":::{solution}" in cell.source:
             cell.source = DROPDOWN.sub("", cell.source).rstrip("\n")
+        if cell.cell_type == "markdown":
+            cell.source = TRY_FIRST.sub(YOUR_TURN, cell.source)
     return nb
 
 
