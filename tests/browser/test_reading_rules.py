@@ -1,0 +1,114 @@
+"""The built book as a reader meets it (issue 34), read from _build/html without a browser.
+
+- No code cell the reader sees has more than MAX_LINES lines: a cell whose input is folded
+  (tag hide-input: a <details> around it) or removed does not count.
+- Every chapter shows a figure before its first display equation, and opens with a
+  "You will be able to" box.
+- Every plot a lab draws sits in a figure with a caption.
+"""
+import re
+from pathlib import Path
+
+import pytest
+from bs4 import BeautifulSoup
+
+HTML = Path(__file__).resolve().parents[2] / "_build" / "html"
+MAX_LINES = 40
+REFERENCE = {"formulas", "glossary"}  # the Reference part: looked up, not read in order
+
+
+def pages(folder: str) -> list[Path]:
+    return sorted((HTML / folder).glob("*.html")) or [HTML / folder / "missing.html"]
+
+
+def soup(page: Path) -> BeautifulSoup:
+    if not page.is_file():
+        pytest.fail(f"no built book in {HTML}: run `make test-book` first", pytrace=False)
+    return BeautifulSoup(page.read_text(), "html.parser")
+
+
+def walls(doc: BeautifulSoup) -> list[str]:
+    """The code cells a reader sees unfolded that are longer than MAX_LINES lines."""
+    found = []
+    for cell in doc.select("div.cell_input"):
+        if cell.find_parent("details"):
+            continue  # folded: the reader opens it on purpose
+        pre = cell.find("pre")
+        lines = pre.get_text().rstrip("\n").split("\n") if pre else []
+        if len(lines) > MAX_LINES:
+            found.append(f"{len(lines)} lines: {lines[0][:60]!r}")
+    return found
+
+
+def figure_before_math(doc: BeautifulSoup) -> str | None:
+    """What is wrong with the page's first figure and first display equation, if anything."""
+    article = doc.select_one("article") or doc
+    first_math = article.select_one("div.math")
+    figures = article.select("figure, img")
+    if not figures:
+        return "no figure"
+    if first_math is None:
+        return None
+    order = {id(e): i for i, e in enumerate(article.find_all(True))}
+    if order[id(figures[0])] > order[id(first_math)]:
+        return f"the first display equation comes before the first figure: {first_math.get_text()[:60]!r}"
+    return None
+
+
+def opens_with_outcomes(doc: BeautifulSoup) -> bool:
+    """A "You will be able to" admonition before the page's first second-level section."""
+    article = doc.select_one("article") or doc
+    for el in article.find_all(["h2", "div"]):
+        if el.name == "h2":
+            return False
+        if "admonition" in (el.get("class") or []) and re.search(
+                r"You will be able to", el.get_text()):
+            return True
+    return False
+
+
+def uncaptioned_plots(doc: BeautifulSoup) -> list[str]:
+    """Images in cell outputs that are not in a figure with a caption."""
+    bad = []
+    for img in doc.select("div.cell_output img"):
+        figure = img.find_parent("figure")
+        caption = figure.find("figcaption") if figure else None
+        if not caption or not caption.get_text(strip=True):
+            bad.append(img.get("src", "?")[:60])
+    return bad
+
+
+@pytest.mark.parametrize("page", pages("chapters") + pages("labs") + [HTML / "intro.html"],
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_no_visible_code_cell_is_a_wall(page):
+    assert walls(soup(page)) == [], f"{page.name}: code cells longer than {MAX_LINES} lines shown unfolded"
+
+
+@pytest.mark.parametrize("page", [p for p in pages("chapters") if p.stem not in REFERENCE],
+                         ids=lambda p: p.stem)
+def test_chapter_shows_a_figure_before_its_first_equation_and_opens_with_its_outcomes(page):
+    doc = soup(page)
+    assert figure_before_math(doc) is None, f"{page.name}: {figure_before_math(doc)}"
+    assert opens_with_outcomes(doc), f"{page.name}: no 'You will be able to' box before its first section"
+
+
+@pytest.mark.parametrize("page", pages("labs"), ids=lambda p: p.stem)
+def test_every_lab_plot_has_a_caption(page):
+    assert uncaptioned_plots(soup(page)) == [], f"{page.name}: plots without a caption"
+
+
+def test_the_rules_catch_what_they_look_for():
+    wall = "\n".join(f"x = {i}" for i in range(MAX_LINES + 1))
+    bad = BeautifulSoup(f"""<article><h1>T</h1><div class="math">$$x$$</div><figure><img src="a.png"></figure>
+        <h2>S</h2><div class="admonition"><p>You will be able to</p></div>
+        <div class="cell"><div class="cell_input"><pre>{wall}</pre></div>
+        <div class="cell_output"><img src="plot.png"></div></div></article>""", "html.parser")
+    assert walls(bad) and figure_before_math(bad) and not opens_with_outcomes(bad)
+    assert uncaptioned_plots(bad) == ["plot.png"]
+    good = BeautifulSoup(f"""<article><h1>T</h1><div class="admonition tip"><p>You will be able to</p></div>
+        <figure><img src="a.png"></figure><div class="math">$$x$$</div><h2>S</h2>
+        <div class="cell"><details><div class="cell_input"><pre>{wall}</pre></div></details>
+        <div class="cell_output"><figure><img src="plot.png"><figcaption>Notice.</figcaption></figure>
+        </div></div></article>""", "html.parser")
+    assert not walls(good) and figure_before_math(good) is None and opens_with_outcomes(good)
+    assert uncaptioned_plots(good) == []
