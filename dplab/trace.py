@@ -80,11 +80,17 @@ def align_steps(events) -> list[dict]:
     together after a barrier; their clocks need not agree, as on two nodes), and step s
     starts when the slowest rank finished step s - 1.
     """
-    starts = {(e["rank"], e["step"]): e["start"] for e in events if e["lane"] == "step"}
-    lengths = {}
+    starts, lengths = {}, {}
     for e in events:
         if e["lane"] == "step":
+            if (e["rank"], e["step"]) in starts:
+                raise ValueError(f"two steps numbered {e['step']} on rank {e['rank']}: number "
+                                 "the steps of several runs apart before laying them out")
+            starts[e["rank"], e["step"]] = e["start"]
             lengths[e["step"]] = max(lengths.get(e["step"], 0.0), e["end"] - e["start"])
+    missing = sorted({(e["rank"], e["step"]) for e in events} - set(starts))
+    if missing:
+        raise ValueError(f"(rank, step) {missing[:3]} have events but no \"step\" event")
     offset, at = 0.0, {}
     for s in sorted(lengths):
         at[s], offset = offset, offset + lengths[s]

@@ -279,7 +279,8 @@ def timeline_facts(events):
 
 # From labs/04_ddp.ipynb, section "Measure: what overlap buys".
 def slowest_per_step(facts, key):
-    # For each step in order, the largest `key` over the ranks (the slowest rank's).
+    # For each step in order, the largest `key` over the ranks (of a length or an
+    # exposed time: the slowest rank's).
     steps = sorted({s for _, s in facts})
     return np.array([max(f[key] for (_, s2), f in facts.items() if s2 == s)
                      for s in steps])

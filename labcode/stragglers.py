@@ -265,16 +265,21 @@ TOL_TRACE = 0.1  # the same calls timed by two clocks: only the marks differ
 
 
 # From labs/08_stragglers.ipynb, section "Every rank's wait, step by step", "The check (timings: this cell's output is not compared)".
-def all_reduce_extra(log, delays, clean):
-    # Each (rank, step)'s all-reduce time beyond the clean median, split by whether some
-    # other rank slept in that step (delayed) or nobody did (clean), from the timeline.
+def all_reduce_extra(log, delays):
+    # Each (rank, step)'s all-reduce time beyond a sleeper's, from the timeline. A rank
+    # that slept joins the all-reduce last and waits for nobody: the median of theirs is
+    # the reference. Split by whether another rank slept while this one did not
+    # (delayed) or nobody slept (clean).
+    spans = [(e["rank"], e["step"], e["end"] - e["start"]) for e in log
+             if e["lane"] == "work" and e["name"] == "all-reduce"]
+    slept = [t for r, s, t in spans if delays[s][r] > 0]
     split = {"delayed": [], "clean": []}
-    for e in log:
-        if e["lane"] == "work" and e["name"] == "all-reduce":
-            r, s = e["rank"], e["step"]
-            others_slept = delays[s].max() > 0 and delays[s][r] == 0
-            nobody_slept = delays[s].max() == 0
-            kind = "delayed" if others_slept else "clean" if nobody_slept else None
-            if kind:
-                split[kind].append(e["end"] - e["start"] - clean)
+    if not slept:                                   # nobody slept: no reference
+        return {k: np.array(v) for k, v in split.items()}
+    ref = np.median(slept)
+    for r, s, t in spans:
+        if delays[s].max() == 0:
+            split["clean"].append(t - ref)
+        elif delays[s][r] == 0:
+            split["delayed"].append(t - ref)
     return {k: np.array(v) for k, v in split.items()}

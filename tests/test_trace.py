@@ -90,3 +90,11 @@ def test_the_timeline_check_fails_a_broken_timeline(broken):
     n = 1 if broken == "finish at launch" else 3
     with pytest.raises(AssertionError):
         check_timeline(facts, n, timed, 0.15, comm=comm if n == 1 else None)
+
+
+def test_align_steps_refuses_steps_it_cannot_place():
+    step = dict(rank=0, step=0, lane="step", name="step", start=0.0, end=1.0)
+    with pytest.raises(ValueError, match="two steps numbered 0"):
+        align_steps([step, dict(step, start=5.0, end=6.0)])  # two runs' step 0
+    with pytest.raises(ValueError, match="no \"step\" event"):
+        align_steps([step, dict(step, step=1, lane="compute", name="forward")])
