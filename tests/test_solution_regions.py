@@ -92,3 +92,34 @@ def test_what_the_learner_writes_is_collapsed_below_a_try_it_first_line(lab):
         assert cell.metadata.get("jupyter", {}).get("source_hidden"), f"{lab.name} cell {i}: open in JupyterLab"
         above = next(c for c in reversed(nb.cells[:i]) if c.cell_type == "markdown")
         assert "Try it first" in above.source, f"{lab.name} cell {i}: no 'Try it first' above it"
+
+
+
+def asserting_functions(nb) -> set[str]:
+    """Names of the functions a lab defines whose bodies assert (Lab 2's report, ...)."""
+    names = set()
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        code = "\n".join(line for line in cell.source.splitlines() if not line.startswith("%"))
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue
+        names |= {f.name for f in tree.body if isinstance(f, ast.FunctionDef)  # not methods
+                  and any(isinstance(n, ast.Assert) for n in ast.walk(f))}
+    return names
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda p: p.stem)
+def test_every_graded_check_asserts(lab):
+    """A graded check that asserts nothing passes with the stubs in place: a cell split in two
+    must leave its nbgrader metadata on the half that holds the asserts (or the calls of the
+    lab's own asserting functions)."""
+    nb = nbformat.read(lab, as_version=4)
+    checkers = asserting_functions(nb)
+    for i, cell in enumerate(nb.cells):
+        if solutions.is_check(cell):
+            calls = set(re.findall(r"(?<![\w.])(\w+)\(", cell.source))  # f(...), not x.f(...)
+            assert re.search(r"^\s*assert\b", cell.source, re.M) or calls & checkers, (
+                f"{lab.name} cell {i} ({solutions.grading(cell)['grade_id']}) asserts nothing")
