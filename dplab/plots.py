@@ -38,3 +38,13 @@ def svg_bytes(fig) -> bytes:
         fig.savefig(buffer, format="svg", metadata={"Date": None})
     plt.close(fig)
     return buffer.getvalue()
+
+
+def write_figures(figures: dict[str, bytes], folder) -> None:
+    """Write a make_figures.py script's figures() (file name -> bytes) into its folder, drawn
+    off screen. Called from the script's main(), not at import: a chapter loads the script."""
+    from pathlib import Path
+
+    matplotlib.use("Agg")
+    for name, data in figures.items():
+        (Path(folder) / name).write_bytes(data)

@@ -73,6 +73,15 @@ def plot_timeline(ax, events, lanes, colours=None, origin=None, title=None) -> N
         ax.set_title(title, fontsize=9)
 
 
+def step_lengths(events) -> dict[int, float]:
+    """For each step, the length of its slowest rank's "step" event (what the step cost)."""
+    lengths = {}
+    for e in events:
+        if e["lane"] == "step":
+            lengths[e["step"]] = max(lengths.get(e["step"], 0.0), e["end"] - e["start"])
+    return lengths
+
+
 def align_steps(events) -> list[dict]:
     """The events laid end to end, step after step, with every rank's step starting together.
 
@@ -80,18 +89,17 @@ def align_steps(events) -> list[dict]:
     together after a barrier; their clocks need not agree, as on two nodes), and step s
     starts when the slowest rank finished step s - 1.
     """
-    starts, lengths = {}, {}
+    starts = {}
     for e in events:
         if e["lane"] == "step":
             if (e["rank"], e["step"]) in starts:
                 raise ValueError(f"two steps numbered {e['step']} on rank {e['rank']}: number "
                                  "the steps of several runs apart before laying them out")
             starts[e["rank"], e["step"]] = e["start"]
-            lengths[e["step"]] = max(lengths.get(e["step"], 0.0), e["end"] - e["start"])
     missing = sorted({(e["rank"], e["step"]) for e in events} - set(starts))
     if missing:
         raise ValueError(f"(rank, step) {missing[:3]} have events but no \"step\" event")
-    offset, at = 0.0, {}
+    lengths, offset, at = step_lengths(events), 0.0, {}
     for s in sorted(lengths):
         at[s], offset = offset, offset + lengths[s]
     return [dict(e, start=e["start"] - starts[e["rank"], e["step"]] + at[e["step"]],

@@ -29,7 +29,7 @@ import dplab.hardware as hw
 import labcode.costmodel as cm
 import labcode.formulas as lf
 from dplab.localcomm import run_ranks
-from dplab.plots import PALETTE, svg_bytes, use_book_style
+from dplab.plots import PALETTE, svg_bytes, write_figures, use_book_style
 from labcode.allreduce import allreduce_ring, allreduce_tree
 
 P = 4        # ranks in the ring figure (the chapter reads this line)
@@ -263,9 +263,7 @@ def figures() -> dict[str, bytes]:
 
 
 def main() -> None:
-    here = FilePath(__file__).resolve().parent
-    for name, data in figures().items():
-        (here / name).write_bytes(data)
+    write_figures(figures(), FilePath(__file__).resolve().parent)
 
 
 if __name__ == "__main__":

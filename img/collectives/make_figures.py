@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 import labcode.collectives as coll
-from dplab.plots import PALETTE, svg_bytes, use_book_style
+from dplab.plots import PALETTE, svg_bytes, write_figures, use_book_style
 
 P = 4     # ranks, and blocks per vector (the chapter reads this line)
 FONT = 8  # points: the smallest text the book allows
@@ -130,9 +130,7 @@ def figures() -> dict[str, bytes]:
 
 
 def main() -> None:
-    here = Path(__file__).resolve().parent
-    for name, data in figures().items():
-        (here / name).write_bytes(data)
+    write_figures(figures(), Path(__file__).resolve().parent)
 
 
 if __name__ == "__main__":

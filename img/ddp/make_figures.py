@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import FancyBboxPatch, Rectangle
 
-from dplab.plots import PALETTE, svg_bytes, use_book_style
+from dplab.plots import PALETTE, svg_bytes, write_figures, use_book_style
 from labcode.formulas import overlap_step_time
 
 HERE = Path(__file__).resolve().parent
@@ -202,8 +202,7 @@ def figures() -> dict[str, bytes]:
 
 
 def main() -> None:
-    for name, data in figures().items():
-        (HERE / name).write_bytes(data)
+    write_figures(figures(), HERE)
 
 
 if __name__ == "__main__":

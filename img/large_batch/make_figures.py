@@ -32,7 +32,7 @@ from matplotlib.patches import ConnectionPatch, Rectangle
 
 from dplab.data import load_mnist
 from dplab.models import mlp
-from dplab.plots import PALETTE, svg_bytes, use_book_style
+from dplab.plots import PALETTE, svg_bytes, write_figures, use_book_style
 from labcode.formulas import FP16_GRAD_SAMPLES, cast_fractions, loss_scale_range
 
 HERE = Path(__file__).resolve().parent
@@ -206,8 +206,7 @@ def figures() -> dict[str, bytes]:
 
 
 def main() -> None:
-    for name, data in figures().items():
-        (HERE / name).write_bytes(data)
+    write_figures(figures(), HERE)
 
 
 if __name__ == "__main__":

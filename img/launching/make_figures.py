@@ -23,7 +23,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from dplab.cluster.settings import DEFAULT_ENGINES, DEFAULT_NODES, LAUNCHERS
 from dplab.cluster.slurm import BATCH_TEMPLATE, ranks_per_node
-from dplab.plots import PALETTE, svg_bytes, use_book_style
+from dplab.plots import PALETTE, svg_bytes, write_figures, use_book_style
 
 HERE = Path(__file__).resolve().parent
 FONT = 8
@@ -164,8 +164,7 @@ def figures() -> dict[str, bytes]:
 
 
 def main() -> None:
-    for name, data in figures().items():
-        (HERE / name).write_bytes(data)
+    write_figures(figures(), HERE)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,11 @@ import math
 from pathlib import Path
 from typing import NamedTuple
 
-import matplotlib
 import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
 
 import dplab.hardware as hw
-from dplab.plots import PALETTE, svg_bytes, use_book_style
+from dplab.plots import PALETTE, svg_bytes, write_figures, use_book_style
 from labcode.formulas import half_ring
 from labcode.sharding import ADAM_K, LOW_BYTES, STAGES, model_state_bytes
 
@@ -210,9 +209,7 @@ def figures() -> dict[str, bytes]:
 
 
 def main() -> None:
-    matplotlib.use("Agg")       # here, not at import: the chapter loads this module
-    for name, data in figures().items():
-        (HERE / name).write_bytes(data)
+    write_figures(figures(), HERE)
 
 
 if __name__ == "__main__":

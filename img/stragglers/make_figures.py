@@ -12,13 +12,12 @@ import heapq
 from pathlib import Path
 from typing import NamedTuple
 
-import matplotlib
 import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
 
 import labcode.costmodel as cm
 from dplab.models import gradient_bytes, mlp
-from dplab.plots import PALETTE, svg_bytes, use_book_style
+from dplab.plots import PALETTE, svg_bytes, write_figures, use_book_style
 from labcode.formulas import staleness_total
 from labcode.stragglers import straggler_delay
 
@@ -178,9 +177,7 @@ def figures() -> dict[str, bytes]:
 
 
 def main() -> None:
-    matplotlib.use("Agg")       # here, not at import: the chapter loads this module
-    for name, data in figures().items():
-        (HERE / name).write_bytes(data)
+    write_figures(figures(), HERE)
 
 
 if __name__ == "__main__":
