@@ -12,7 +12,7 @@ export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: setup venv book test test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-slurm \
-	test-hub test-hub-slurm student grade test-student bench bench-nodes labs clean
+	test-hub test-hub-slurm test-load student grade test-student bench bench-nodes labs clean
 
 setup: $(STAMP) $(MATHJAX)
 
@@ -58,15 +58,23 @@ test-kit: setup
 test-labs: setup
 	$(UNSET_DPLAB) DPLAB_DEVICE=cpu $(NBVAL) labs
 
-# The same stored outputs must pass on the simulated other CPU.
+# The same stored outputs must pass on the simulated other CPU, with one core kept busy by
+# another process the whole time (a neighbour on a shared node): make test-load's "busy".
 test-labs-other-cpu: setup
-	$(UNSET_DPLAB) DPLAB_DEVICE=cpu $(OTHER_CPU) $(NBVAL) labs
+	$(UNSET_DPLAB) DPLAB_DEVICE=cpu $(OTHER_CPU) $(BIN)/python tools/busy_core.py $(NBVAL) labs
 
 # Every lab at p = 1 and p = 3, asserts only (stored outputs are those of p = 4). ANY_P="1" runs
 # p = 1 alone: .ci/run does, because make test-student runs every lab at p = 3, every cell.
 ANY_P ?= 1 3
 test-any-p: venv
 	$(UNSET_DPLAB) $(BIN)/python tools/run_labs.py $(foreach q,$(ANY_P),--setting p=$(q):DPLAB_ENGINES=$(q))
+
+# Every lab that times anything, asserts only, under the load of a shared machine: 3 quiet runs
+# in a row, a busy core, two learners at once (each with its own cluster), p = 2 and p = 6; a table
+# lab x condition with each timing check's value and band. LOAD="two" picks conditions (.ci/run).
+LOAD ?= quiet1 quiet2 quiet3 busy two p=2 p=6
+test-load: venv
+	$(UNSET_DPLAB) $(BIN)/python tools/load_labs.py --conditions $(LOAD)
 
 # Every lab on a GPU, asserts only: NCCL with one engine per GPU, and 4 engines sharing GPU 0 on gloo.
 # With no GPU it says so and exits non-zero before starting anything.

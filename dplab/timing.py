@@ -4,6 +4,7 @@ from __future__ import annotations
 import platform
 import statistics
 import time
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -106,3 +107,25 @@ def timing_arguments(ap, ranks: int | tuple[int, ...], argv=None, repeats: int =
     if min(args.ranks if several else [args.ranks]) < 1 or args.repeats < 1 or args.warmup < 0:
         ap.error("--ranks and --repeats must be at least 1, --warmup at least 0")
     return args
+
+
+#: Where `in_band` keeps each timing check's last measured value and band, relative to the
+#: lab's folder, when its artifacts/ exists (a lab's, not a test's); `make test-load`
+#: (tools/load_labs.py) reads it after each run of a lab.
+BANDS_FILE = Path("artifacts") / "timing_bands.json"
+
+
+def in_band(check: str, value: float, low: float, high: float) -> bool:
+    """Whether a timing check's measured `value` lies in [low, high]; the value and the band are
+    kept under `check` in BANDS_FILE, so that the margin of every run can be read back."""
+    import json
+
+    value, low, high = float(value), float(low), float(high)
+    try:
+        kept = json.loads(BANDS_FILE.read_text())
+    except (OSError, ValueError):
+        kept = {}
+    kept[check] = {"value": value, "low": low, "high": high}
+    if BANDS_FILE.parent.is_dir():
+        BANDS_FILE.write_text(json.dumps(kept, indent=1) + "\n")
+    return low <= value <= high
