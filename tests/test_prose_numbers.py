@@ -89,12 +89,14 @@ def test_a_lab_markdown_cell_is_scanned(tmp_path):
     assert scan_lab(tmp_path, "On the box it took 41 MB.", 60) == ["41"]
 
 
-@pytest.mark.parametrize("said, seconds, flagged", [
-    ("About 3 minutes on a 2-core laptop.", 150, []),
-    ("About one minute on a 2-core laptop.", 20, []),
-    ("About 3 minutes on a 2-core laptop.", 30, ["About 3 minutes on a 2-core laptop"]),
-    ("About 1 minute on a 2-core laptop.", 100, ["About 1 minute on a 2-core laptop"]),
-    ("About 3 minutes on a 4-core laptop.", 150, ["About 3 minutes on a 4-core laptop"]),
+@pytest.mark.parametrize("said", [
+    "About 3 minutes on a 2-core laptop.", "About one minute on a 2-core laptop.",
+    "The lab takes about a minute.", "It ran 2 minutes on a 4-core box.",
 ])
-def test_a_labs_stated_time_is_its_last_stored_run(tmp_path, said, seconds, flagged):
-    assert scan_lab(tmp_path, said, seconds) == flagged
+def test_a_lab_states_no_run_time_of_its_own(tmp_path, said):
+    """The rounding of one run flips when a rerun crosses its edge: the landing page glues it."""
+    assert scan_lab(tmp_path, said, 60) != []
+
+
+def test_a_lab_may_point_to_the_landing_pages_time(tmp_path):
+    assert scan_lab(tmp_path, "The landing page's table says how long it ran.", 60) == []

@@ -158,6 +158,9 @@ MISTAKES = {
                               "chunks[(r - s) % p], chunks[(r - s - 1) % p]",
                               "chunks[(r - s - 1) % p], chunks[(r - s - 2) % p]",
                               "lab3-check-prove-and-count"),
+    # every micro-batch all-reduced: the same weights (averaging is linear), K times the calls
+    "no_sync left out": ("04_ddp", "lab4-no-sync", "with acc.no_sync():", "if True:",
+                         "lab4-check-no-sync"),
 }
 
 
