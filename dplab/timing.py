@@ -121,11 +121,11 @@ def in_band(check: str, value: float, low: float, high: float) -> bool:
     import json
 
     value, low, high = float(value), float(low), float(high)
-    try:
-        kept = json.loads(BANDS_FILE.read_text())
-    except (OSError, ValueError):
-        kept = {}
-    kept[check] = {"value": value, "low": low, "high": high}
     if BANDS_FILE.parent.is_dir():
+        try:
+            kept = json.loads(BANDS_FILE.read_text())
+        except (OSError, ValueError):
+            kept = {}
+        kept[check] = {"value": value, "low": low, "high": high}
         BANDS_FILE.write_text(json.dumps(kept, indent=1) + "\n")
     return low <= value <= high

@@ -1,7 +1,7 @@
 """Every lab that times anything, run under the load of a shared machine; a table lab x condition.
 
     python tools/load_labs.py                     # every condition (make test-load)
-    python tools/load_labs.py --conditions busy two   # some of them (.ci/run)
+    python tools/load_labs.py --conditions busy two   # some of them (LOAD="busy two")
 
 The conditions, each a run of every timing lab (a lab whose checks call dplab.timing.in_band),
 each in its own copy of labs/:
@@ -56,17 +56,6 @@ def timing_labs() -> list[Path]:
     return [lab for lab in sorted((ROOT / "labs").glob("*.ipynb")) if "in_band(" in lab.read_text()]
 
 
-def kill_tree(pid: int) -> None:
-    """Kill a process and everything it started, and reap them."""
-    with contextlib.suppress(psutil.Error):
-        root = psutil.Process(pid)
-        tree = [root, *root.children(recursive=True)]
-        for p in tree:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        psutil.wait_procs(tree, timeout=10)
-
-
 def run_learner(labs: list[Path], env: dict[str, str]) -> None:
     """One learner (a child process): the labs in turn, in a copy of their own; a JSON line each."""
     parent = os.getppid()
@@ -103,7 +92,7 @@ def run_condition(name: str, labs: list[Path]) -> list[dict]:
             try:
                 out, _ = proc.communicate(timeout=max(1.0, CONDITION_TIMEOUT_S - (time.monotonic() - t0)))
             except subprocess.TimeoutExpired:
-                kill_tree(proc.pid)
+                run_labs.kill_tree(proc.pid)
                 out, _ = proc.communicate()
             done = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
             ran = {row["lab"] for row in done}
@@ -116,9 +105,9 @@ def run_condition(name: str, labs: list[Path]) -> list[dict]:
             rows += done
     finally:
         for proc in procs:
-            kill_tree(proc.pid)
+            run_labs.kill_tree(proc.pid)
         if burner is not None:
-            kill_tree(burner.pid)
+            run_labs.kill_tree(burner.pid)
     return rows
 
 

@@ -187,6 +187,17 @@ def own_copies(labs: list[Path], folder: Path) -> list[Path]:
     return copies
 
 
+def kill_tree(pid: int) -> None:
+    """Kill a process and everything it started, and reap them."""
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+        for p in tree:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(tree, timeout=10)
+
+
 def run_in_parallel(labs: list[Path], settings: dict[str, dict[str, str]], timeout: float | None):
     """Each setting in a process of its own (this script, one setting), all at once, on its own
     copy of the labs; a setting still running after `timeout` s is killed, whole, and its
@@ -211,12 +222,7 @@ def wait_for_settings(labs, settings, timeout, tmp: Path):
             out, _ = proc.communicate(timeout=left)
         except subprocess.TimeoutExpired:
             timed_out = True
-            # The whole tree: the kernels nbclient starts have sessions of their own.
-            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-            for p in tree:
-                with contextlib.suppress(psutil.Error):
-                    p.kill()
-            psutil.wait_procs(tree, timeout=10)
+            kill_tree(proc.pid)  # the whole tree: nbclient's kernels have sessions of their own
             out, _ = proc.communicate()
         for line in out.splitlines():
             m = re.match(r"^(\S+\.ipynb) \[(.+)\]: (.*)$", line)
