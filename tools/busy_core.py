@@ -1,11 +1,14 @@
 """Run a command while one other process keeps one core busy the whole time (a learner's
 neighbour on a shared node): `python tools/busy_core.py CMD [ARG ...]`; exits with CMD's status.
 
-The busy process is pure Python arithmetic; it exits when its parent does, even when the parent
-is killed with SIGKILL, so it never outlives the command it stood beside.
+The busy process is pure Python arithmetic, a child of this process, which then becomes the
+command (exec, same PID). It exits when its parent does, even when the parent is killed with
+SIGKILL, so it never outlives the command it stood beside; nothing else is left in between.
 """
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 
@@ -17,16 +20,14 @@ def start() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", BURNER])
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> None:
     if not argv:
         sys.exit("usage: python tools/busy_core.py CMD [ARG ...]: the command to run beside a busy core")
-    burner = start()
-    try:
-        return subprocess.call(argv)
-    finally:
-        burner.kill()
-        burner.wait()
+    if shutil.which(argv[0]) is None:
+        sys.exit(f"busy_core.py: {argv[0]!r} is not a command: give the command to run and its arguments")
+    start()
+    os.execvp(argv[0], argv)  # the burner's parent is now the command itself
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main(sys.argv[1:])
