@@ -349,20 +349,32 @@ def check_overlap(ratios, overlapped, tol, own_resource):
 
 
 # From labs/04_ddp.ipynb, section "Your own timeline", "The check".
+Z = 4  # a normal mean falls beyond 4 standard errors once in 16,000
+
+
+# From labs/04_ddp.ipynb, section "Your own timeline", "The check".
 def check_timeline(facts, n_buckets, timed, tol, comm=None):
-    # Assert what the plot shows. On every rank and step, the buckets 0, 1, ... were
-    # launched in that order, after forward, and finished within the step. The slowest
-    # rank's steps match `timed`, the same steps as the timing loop measured them (the
-    # median ratio within tol); and given `comm`, an all-reduce of all the gradients
-    # timed alone beside each step, so does the exposed time (the median gap within
-    # tol of a step).
+    # Assert what the plot shows. The slowest rank's steps match `timed`, the same steps
+    # as the timing loop measured them (the median ratio within tol); and given `comm`,
+    # an all-reduce of all the gradients timed alone beside each step, so does the
+    # exposed time of the rank that ended backward last: the median gap within tol of
+    # a step, or within Z standard errors of that median where the gaps spread wider.
+    # (The other ranks wait for that one too: rank skew, which a busy core adds and the
+    # all-reduce alone, timed after a barrier, has none. Their exposed time, the
+    # slowest rank's, was off by up to 0.25 of a step with a second learner.)
     ratio = np.median(slowest_per_step(facts, "length") / np.asarray(timed))
     name = f"{n_buckets} bucket(s)"
     assert in_band(f"{name}: timeline steps / timed steps", ratio, 1 - tol, 1 + tol), \
         f"timeline steps {ratio:.2f} x the timed ones"
     if comm is not None:
-        exposed = slowest_per_step(facts, "exposed")
-        gap = np.median((exposed - comm) / np.asarray(timed))
+        steps = sorted({s for _, s in facts})
+        exposed = np.array([min(f["exposed"] for (_, s2), f in facts.items() if s2 == s)
+                            for s in steps])
+        gaps = (exposed - comm) / np.asarray(timed)
+        gap = np.median(gaps)
+        # a median's standard error: 1.25 σ/√n, σ from the median absolute deviation
+        se = 1.25 * 1.4826 * np.median(np.abs(gaps - gap)) / np.sqrt(len(gaps))
+        band = max(tol, Z * se)
         name = f"{name}: (exposed - all-reduce alone) / step"
-        assert in_band(name, gap, -tol, tol), \
+        assert in_band(name, gap, -band, band), \
             f"exposed time off the timed one by {gap:.2f} x a step"
