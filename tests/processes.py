@@ -24,3 +24,8 @@ def wait_until_gone(pids: set[int], timeout: float = 10.0) -> set[int]:
             pass
     _, alive = psutil.wait_procs(procs, timeout=timeout)
     return {p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE}
+
+
+def running(cmdline: list[str]) -> list[psutil.Process]:
+    """Every process on the machine whose command line is exactly `cmdline`."""
+    return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == cmdline]

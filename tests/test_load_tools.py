@@ -11,6 +11,7 @@ import nbformat
 import psutil
 
 from conftest import descendants, wait_until_gone
+from processes import running
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 
@@ -24,10 +25,6 @@ def wait_for(find, timeout=60.0):
             return found
         time.sleep(0.2)
     raise AssertionError(f"not found within {timeout} s")
-
-
-def sleepers(tag):
-    return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", tag]]
 
 
 def test_busy_core_becomes_its_command_and_the_busy_process_dies_with_it():
@@ -64,10 +61,10 @@ def test_load_labs_killed_with_sigkill_leaves_no_learner_kernel_or_child(tmp_pat
     before = descendants()
     proc = subprocess.Popen([sys.executable, str(TOOLS / "load_labs.py"), str(lab), "--conditions", "two"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: len(sleepers("302")) == 2)           # both learners' labs are running
+    wait_for(lambda: len(running(["sleep", "302"])) == 2)           # both learners' labs are running
     started = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     assert wait_until_gone(started, timeout=20) == set(), "a learner's process outlived make test-load"
-    assert sleepers("302") == []
+    assert running(["sleep", "302"]) == []
     assert wait_until_gone(descendants() - before, timeout=5) == set()
