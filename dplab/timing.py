@@ -53,6 +53,21 @@ def median(samples) -> float:
     return float(np.median(np.asarray(samples)))
 
 
+#: How many standard errors a timing band allows: a normal mean falls beyond 4 once in 16,000.
+Z = 4
+
+
+def median_se(samples, relative: bool = False) -> float:
+    """The standard error of the median of `samples`: 1.25 σ/√n, with σ estimated robustly as
+    1.4826 times the median absolute deviation (a slow outlier moves neither). relative=True
+    gives it as a fraction of the median, for ratios of timings."""
+    x = np.asarray(samples, dtype=float)
+    mid = np.median(x)
+    if relative:
+        x, mid = x / mid, 1.0
+    return float(1.25 * 1.4826 * np.median(np.abs(x - mid)) / np.sqrt(len(x)))
+
+
 def machine() -> str:
     """A one-line description of the machine the numbers came from."""
     import os

@@ -10,8 +10,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from dplab.models import mlp
+from dplab.timing import Z
 from dplab.timing import in_band
 from dplab.timing import interleaved
+from dplab.timing import median_se
 from dplab.trace import covered_within
 from dplab.trace import union_length
 from labcode.formulas import overlap_step_time
@@ -349,7 +351,12 @@ def check_overlap(ratios, overlapped, tol, own_resource):
 
 
 # From labs/04_ddp.ipynb, section "Your own timeline", "The check".
-Z = 4  # a normal mean falls beyond 4 standard errors once in 16,000
+def exposed_per_step(facts):
+    # For each step in order, the all-reduce time left after backward on the rank that
+    # ended backward last (the other ranks' exposed time includes waiting for it)
+    steps = sorted({s for _, s in facts})
+    return np.array([min(f["exposed"] for (_, s2), f in facts.items() if s2 == s)
+                     for s in steps])
 
 
 # From labs/04_ddp.ipynb, section "Your own timeline", "The check".
@@ -367,14 +374,25 @@ def check_timeline(facts, n_buckets, timed, tol, comm=None):
     assert in_band(f"{name}: timeline steps / timed steps", ratio, 1 - tol, 1 + tol), \
         f"timeline steps {ratio:.2f} x the timed ones"
     if comm is not None:
-        steps = sorted({s for _, s in facts})
-        exposed = np.array([min(f["exposed"] for (_, s2), f in facts.items() if s2 == s)
-                            for s in steps])
-        gaps = (exposed - comm) / np.asarray(timed)
-        gap = np.median(gaps)
-        # a median's standard error: 1.25 σ/√n, σ from the median absolute deviation
-        se = 1.25 * 1.4826 * np.median(np.abs(gaps - gap)) / np.sqrt(len(gaps))
-        band = max(tol, Z * se)
+        gaps = (exposed_per_step(facts) - comm) / np.asarray(timed)
+        gap, band = np.median(gaps), max(tol, Z * median_se(gaps))
         name = f"{name}: (exposed - all-reduce alone) / step"
         assert in_band(name, gap, -band, band), \
             f"exposed time off the timed one by {gap:.2f} x a step"
+
+
+# From labs/04_ddp.ipynb, section "Your own timeline", "The check".
+def check_hidden(several, one):
+    # Where communication has a resource of its own, several buckets hide all-reduce
+    # time under backward: step by step (the two runs took turns), the time left
+    # exposed after backward must be shorter than one bucket's, by a fifth of it at
+    # least and by more than Z standard errors. All-reduces held back until backward
+    # ends (no overlap) leave as much exposed as one bucket does, and fail.
+    alone = exposed_per_step(one)
+    saved = alone - exposed_per_step(several)
+    low = max(0.2 * np.median(alone), Z * median_se(saved))
+    high = np.median(alone) + Z * median_se(alone)   # at most all of it
+    assert in_band("exposed time saved by buckets (ms)", 1e3 * np.median(saved),
+                   1e3 * low, 1e3 * high), \
+        f"buckets saved {1e3 * np.median(saved):.1f} ms of exposed all-reduce time"
+    return float(np.median(saved)), float(np.median(alone))

@@ -1,7 +1,9 @@
-"""Lab 4's timing check (labcode.overlap.check_overlap) passes DDP as it is and fails broken DDPs."""
+"""Lab 4's timing checks (labcode.overlap) pass DDP as it is and fail broken DDPs."""
 import json
 import os
 import re
+
+import pytest
 
 from dplab.cluster.jobs import run_job
 from labcode.overlap import TOL
@@ -13,11 +15,42 @@ def test_overlap_check_passes_ddp_and_fails_a_doubled_or_missing_all_reduce_unde
     """The check compares DDP with several buckets against one bucket, within a tolerance from a
     noise reference. An all-reduce done twice must leave the band on every machine; no all-reduce
     at all must leave it where communication has no core of its own (2 ranks on 2 cores)."""
-    out = run_job(os.path.join(HERE, "mpi", "check_overlap_timing.py"), 2, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    result = json.loads(re.search(r"RESULT (\{.*\})", out.stdout).group(1))
-    assert result["tol"] <= 2 * TOL, f"too noisy to test the check: {result}"
+    for attempt in range(3):  # a busy moment of a shared box widens the tolerance: try again
+        out = run_job(os.path.join(HERE, "mpi", "check_overlap_timing.py"), 2, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        result = json.loads(re.search(r"RESULT (\{.*\})", out.stdout).group(1))
+        if result["tol"] <= 2 * TOL:
+            break
+    else:
+        pytest.skip(f"the machine was too noisy to test the check three times: {result}")
     assert result["ddp"][1] == "pass", result
     assert result["twice"][1] == "fail", result
     if not result["own_resource"]:
         assert result["never"][1] == "fail", result
+
+
+def _facts(exposed_by_rank_and_step):
+    return {(r, s): {"exposed": e} for (r, s), e in exposed_by_rank_and_step.items()}
+
+
+def test_hidden_check_needs_less_exposed_time_with_buckets_than_with_one():
+    """Where communication has a resource of its own (a GPU), Lab 4 asserts that several
+    buckets leave less all-reduce time exposed after backward than one bucket, step by step.
+    Held-back all-reduces (no overlap) leave as much as one bucket, and must fail."""
+    import numpy as np
+
+    from labcode.overlap import check_hidden
+
+    rng = np.random.default_rng(1)
+    steps = range(15)
+    # rank 1 ends backward last: its exposed time is the step's, rank 0's adds its wait
+    one = _facts({(r, s): 0.030 + 0.002 * rng.standard_normal() + 0.02 * (r == 0)
+                  for r in (0, 1) for s in steps})
+    hidden = _facts({(r, s): 0.008 + 0.002 * rng.standard_normal() + 0.02 * (r == 0)
+                     for r in (0, 1) for s in steps})
+    held_back = _facts({k: v["exposed"] + 0.002 * rng.standard_normal()
+                        for k, v in one.items()})
+    saved, alone = check_hidden(hidden, one)
+    assert saved == pytest.approx(0.022, abs=0.003) and alone == pytest.approx(0.03, abs=0.002)
+    with pytest.raises(AssertionError, match="buckets saved"):
+        check_hidden(held_back, one)

@@ -40,3 +40,20 @@ def test_timing_arguments_refuse_impossible_counts_before_anything_starts(capsys
         with pytest.raises(SystemExit):
             timing_arguments(argparse.ArgumentParser(), ranks=3, argv=bad)
         assert "must be at least" in capsys.readouterr().err
+
+
+def test_median_se_matches_the_spread_of_medians_and_ignores_an_outlier():
+    import numpy as np
+
+    from dplab.timing import median_se
+
+    rng = np.random.default_rng(0)
+    draws = rng.normal(10.0, 2.0, size=(4000, 15))
+    seen = np.std(np.median(draws, axis=1))        # the medians' spread, measured
+    estimates = [median_se(d) for d in draws[:200]]
+    assert 0.8 * seen < np.median(estimates) < 1.2 * seen
+    d = draws[0].copy()
+    d[0] = 1e6                                      # one very slow repeat
+    assert median_se(d) < 2 * median_se(draws[0])
+    assert median_se(draws[0], relative=True) == pytest.approx(
+        median_se(draws[0]) / np.median(draws[0]))
