@@ -49,6 +49,15 @@ def test_busy_core_refuses_what_is_not_a_command_before_starting_anything():
     assert descendants() - before == set()
 
 
+def test_load_labs_refuses_a_notebook_after_conditions_and_says_where_it_goes():
+    before = descendants()
+    lab = str(TOOLS.parent / "labs" / "04_ddp.ipynb")
+    out = subprocess.run([sys.executable, str(TOOLS / "load_labs.py"), "--conditions", "two", lab],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "name the notebooks before --conditions" in out.stderr
+    assert descendants() - before == set()
+
+
 def test_load_labs_killed_with_sigkill_leaves_no_learner_kernel_or_child(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(

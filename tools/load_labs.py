@@ -142,7 +142,9 @@ def main() -> int:
     args = ap.parse_args()
     unknown = [c for c in args.conditions if c not in CONDITIONS]
     if unknown:
-        ap.error(f"unknown condition(s) {', '.join(unknown)}: choose from {' '.join(CONDITIONS)}")
+        hint = ("; name the notebooks before --conditions, which takes every word after it"
+                if any(c.endswith(".ipynb") for c in unknown) else "")
+        ap.error(f"unknown condition(s) {', '.join(unknown)}: choose from {' '.join(CONDITIONS)}{hint}")
     labs = [lab.resolve() for lab in args.labs] or timing_labs()
     missing = [str(p) for p in labs if not p.is_file()]
     if missing:
