@@ -21,20 +21,21 @@ def minutes(seconds: float) -> str:
 
 
 def commands_table() -> str:
-    """| command | time | from commands.txt (tools/time_commands.py)."""
+    """| command | time | measured | from commands.txt (tools/time_commands.py): each row with the
+    commit, machine and date of the run that timed it."""
     text = (RESULTS / "commands.txt").read_text()
-    runs = re.findall(r"# (\d{4}-\d\d-\d\d) [\d:]+ UTC, clean clone of (\w+)", text)
-    host = re.search(r"^machine: (.*)$", text, flags=re.M).group(1)
-    clones = " and ".join(f"`{commit}`" for _, commit in runs)
-    rows = [f"From a clean clone of commit{'s' * (len(runs) > 1)} {clones} on {host}, {runs[0][0]}, one after the other"
-            f"{' in each' if len(runs) > 1 else ' in the same'} clone, with pip's cache warm"
+    rows = ["Each from a clean clone, with pip's cache warm, the targets of one run one after the other"
             " (`benchmarks/results/commands.txt`, written by `tools/time_commands.py`):", "",
-            "| command | time |", "|---|---|"]
-    times = re.findall(r"^make (.+?)\s+(\d+) s$", text, flags=re.M)  # "test-any-p ANY_P=1" too
-    for target, sec in times:
-        rows.append(f"| `make {target}` | {minutes(float(sec))} |")
-    if len(times) > 1:
-        rows.append(f"| all of them | {minutes(sum(float(sec) for _, sec in times))} |")
+            "| command | time | measured |", "|---|---|---|"]
+    total = []
+    for run in filter(None, re.split(r"(?m)^(?=\$ )", text)):
+        day, commit = re.search(r"# (\d{4}-\d\d-\d\d) [\d:]+ UTC, clean clone of (\w+)", run).groups()
+        host = re.search(r"^machine: (.*)$", run, flags=re.M).group(1)
+        for target, sec in re.findall(r"^make (.+?)\s+(\d+) s$", run, flags=re.M):  # "test-any-p ANY_P=1"
+            rows.append(f"| `make {target}` | {minutes(float(sec))} | `{commit}`, {host}, {day} |")
+            total.append(float(sec))
+    if len(total) > 1:
+        rows.append(f"| all of them | {minutes(sum(total))} | |")
     return "\n".join(rows)
 
 

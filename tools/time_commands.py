@@ -4,9 +4,11 @@
     python tools/time_commands.py test                  # only make test
 
 Clones this repository's HEAD into a temporary folder, runs each `make` target there one after
-the other (pip's cache is reused, nothing else), and writes benchmarks/results/commands.txt.
-`python tools/readme_tables.py` then puts the times into README.md.
+the other (pip's cache is reused, nothing else), and writes its times at the top of
+benchmarks/results/commands.txt; the earlier times of the other targets stay below, each under
+the header of its own run. `python tools/readme_tables.py` then puts the times into README.md.
 """
+import re
 import subprocess
 import sys
 import tempfile
@@ -18,6 +20,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dplab.timing import machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "benchmarks" / "results" / "commands.txt"
+
+
+def earlier_runs(text: str, retimed: list[str]) -> list[str]:
+    """The runs saved in an earlier commands.txt, less the rows of the targets timed again
+    (and runs that have no row left)."""
+    kept = []
+    for run in filter(None, re.split(r"(?m)^(?=\$ )", text)):
+        lines = [line for line in run.splitlines(keepends=True)
+                 if not (m := re.match(r"make (.+?)\s+\d+ s$", line.rstrip("\n")))
+                 or m.group(1) not in retimed]
+        if any(line.startswith("make ") for line in lines):
+            kept.append("".join(lines))
+    return kept
+
+
 targets = sys.argv[1:] or ["test", "test-any-p", "book"]
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                         check=True).stdout.strip()
@@ -35,4 +53,5 @@ with tempfile.TemporaryDirectory() as tmp:
             sys.exit(f"make {target} failed in the clean clone after {seconds:.0f} s: times not saved")
         lines.append(f"make {target:12s} {seconds:7.0f} s\n")
         print(lines[-1], end="", flush=True)
-(ROOT / "benchmarks" / "results" / "commands.txt").write_text("".join(lines))
+earlier = earlier_runs(OUT.read_text(), targets) if OUT.exists() else []
+OUT.write_text("".join(lines + earlier))
