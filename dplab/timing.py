@@ -53,7 +53,8 @@ def median(samples) -> float:
     return float(np.median(np.asarray(samples)))
 
 
-#: How many standard errors a timing band allows: a normal mean falls beyond 4 once in 16,000.
+#: How many standard errors a timing band allows: a normal estimate lands more than 4 from its
+#: expectation, either side, once in 16,000 times.
 Z = 4
 
 

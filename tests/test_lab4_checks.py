@@ -15,7 +15,7 @@ def test_overlap_check_passes_ddp_and_fails_a_doubled_or_missing_all_reduce_unde
     """The check compares DDP with several buckets against one bucket, within a tolerance from a
     noise reference. An all-reduce done twice must leave the band on every machine; no all-reduce
     at all must leave it where communication has no core of its own (2 ranks on 2 cores)."""
-    for attempt in range(3):  # a busy moment of a shared box widens the tolerance: try again
+    for _ in range(3):  # a busy moment of a shared box widens the tolerance: try again
         out = run_job(os.path.join(HERE, "mpi", "check_overlap_timing.py"), 2, timeout=300)
         assert out.returncode == 0, out.stdout + out.stderr
         result = json.loads(re.search(r"RESULT (\{.*\})", out.stdout).group(1))
@@ -33,10 +33,11 @@ def _facts(exposed_by_rank_and_step):
     return {(r, s): {"exposed": e} for (r, s), e in exposed_by_rank_and_step.items()}
 
 
-def test_hidden_check_needs_less_exposed_time_with_buckets_than_with_one():
-    """Where communication has a resource of its own (a GPU), Lab 4 asserts that several
-    buckets leave less all-reduce time exposed after backward than one bucket, step by step.
-    Held-back all-reduces (no overlap) leave as much as one bucket, and must fail."""
+def test_hidden_check_needs_the_exposed_time_the_model_says_buckets_save():
+    """Where communication has a resource of its own (a GPU), Lab 4 asserts that the buckets save
+    as much exposed all-reduce time against one bucket as the overlapped model predicts, within
+    the tolerance. Held-back all-reduces (no overlap) save nothing, and must fail; a prediction
+    within the tolerance is not asserted."""
     import numpy as np
 
     from labcode.overlap import check_hidden
@@ -50,7 +51,8 @@ def test_hidden_check_needs_less_exposed_time_with_buckets_than_with_one():
                      for r in (0, 1) for s in steps})
     held_back = _facts({k: v["exposed"] + 0.002 * rng.standard_normal()
                         for k, v in one.items()})
-    saved, alone = check_hidden(hidden, one)
-    assert saved == pytest.approx(0.022, abs=0.003) and alone == pytest.approx(0.03, abs=0.002)
+    saved, low = check_hidden(hidden, one, predicted=0.022, tol_s=0.005)
+    assert saved == pytest.approx(0.022, abs=0.003) and low == pytest.approx(0.017)
     with pytest.raises(AssertionError, match="buckets saved"):
-        check_hidden(held_back, one)
+        check_hidden(held_back, one, predicted=0.022, tol_s=0.005)
+    assert check_hidden(held_back, one, predicted=0.004, tol_s=0.005) is None

@@ -30,7 +30,8 @@ def commands_table() -> str:
     total = []
     for run in filter(None, re.split(r"(?m)^(?=\$ )", text)):
         day, commit = re.search(r"# (\d{4}-\d\d-\d\d) [\d:]+ UTC, clean clone of (\w+)", run).groups()
-        host = re.search(r"^machine: (.*)$", run, flags=re.M).group(1)
+        host = (m.group(1) if (m := re.search(r"^machine: (.*)$", run, flags=re.M))
+                else "machine not recorded")
         for target, sec in re.findall(r"^make (.+?)\s+(\d+) s$", run, flags=re.M):  # "test-any-p ANY_P=1"
             rows.append(f"| `make {target}` | {minutes(float(sec))} | `{commit}`, {host}, {day} |")
             total.append(float(sec))
