@@ -20,6 +20,16 @@ def minutes(seconds: float) -> str:
     return f"{m} min {s:02d} s" if m else f"{s} s"
 
 
+#: commands.txt (tools/time_commands.py): runs, each from its "$ " line, and their rows
+#: "make TARGET   SECONDS s" (TARGET may hold spaces: "test-any-p ANY_P=1").
+COMMAND_ROW = re.compile(r"^make (.+?)\s+(\d+) s$", flags=re.M)
+
+
+def command_runs(text: str) -> list[str]:
+    """The runs of commands.txt, each with its header, machine line and rows."""
+    return [run for run in re.split(r"(?m)^(?=\$ )", text) if run]
+
+
 def commands_table() -> str:
     """| command | time | measured | from commands.txt (tools/time_commands.py): each row with the
     commit, machine and date of the run that timed it."""
@@ -28,11 +38,11 @@ def commands_table() -> str:
             " (`benchmarks/results/commands.txt`, written by `tools/time_commands.py`):", "",
             "| command | time | measured |", "|---|---|---|"]
     total = []
-    for run in filter(None, re.split(r"(?m)^(?=\$ )", text)):
+    for run in command_runs(text):
         day, commit = re.search(r"# (\d{4}-\d\d-\d\d) [\d:]+ UTC, clean clone of (\w+)", run).groups()
         host = (m.group(1) if (m := re.search(r"^machine: (.*)$", run, flags=re.M))
                 else "machine not recorded")
-        for target, sec in re.findall(r"^make (.+?)\s+(\d+) s$", run, flags=re.M):  # "test-any-p ANY_P=1"
+        for target, sec in COMMAND_ROW.findall(run):
             rows.append(f"| `make {target}` | {minutes(float(sec))} | `{commit}`, {host}, {day} |")
             total.append(float(sec))
     if len(total) > 1:

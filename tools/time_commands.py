@@ -8,7 +8,6 @@ the other (pip's cache is reused, nothing else), and writes its times at the top
 benchmarks/results/commands.txt; the earlier times of the other targets stay below, each under
 the header of its own run. `python tools/readme_tables.py` then puts the times into README.md.
 """
-import re
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dplab.timing import machine  # noqa: E402
+from readme_tables import COMMAND_ROW, command_runs  # noqa: E402  (tools/ is sys.path[0])
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "commands.txt"
@@ -27,10 +27,9 @@ def earlier_runs(text: str, retimed: list[str]) -> list[str]:
     """The runs saved in an earlier commands.txt, less the rows of the targets timed again
     (and runs that have no row left)."""
     kept = []
-    for run in filter(None, re.split(r"(?m)^(?=\$ )", text)):
+    for run in command_runs(text):
         lines = [line for line in run.splitlines(keepends=True)
-                 if not (m := re.match(r"make (.+?)\s+\d+ s$", line.rstrip("\n")))
-                 or m.group(1) not in retimed]
+                 if not (m := COMMAND_ROW.match(line.rstrip("\n"))) or m.group(1) not in retimed]
         if any(line.startswith("make ") for line in lines):
             kept.append("".join(lines))
     return kept
