@@ -7,10 +7,14 @@ as its comm hook instead. Each record says which collective, how many bytes its 
 holds (the all-reduced tensor, the reduce-scatter input, the all-gather output) and how many
 ranks took part. What a rank then sends depends on the algorithm (see labcode.costmodel).
 `collectives_of(step, model)` does either, whichever the model needs, for one call of a step.
+A collective counts once whatever name it is called by: where one wrapped name reaches another
+through torch.distributed (an alias, a shim), only the outermost call counts. (In 2.13 the
+deprecated names call distributed_c10d's own functions, which no wrapper replaces.)
 """
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -50,14 +54,22 @@ def count_collectives() -> Iterator[list[Collective]]:
 
     calls: list[Collective] = []
     originals = {name: getattr(dist, name) for name in _WRAPPED if hasattr(dist, name)}
+    inside = threading.local()  # this block's wrappers on this thread's stack: count the outermost
 
     def wrap(name, fn):
         index, keyword = _WRAPPED[name]
 
         def counted(*args, **kwargs):
-            buffer = args[index] if len(args) > index else kwargs[keyword]
-            calls.append(Collective(KINDS[name], buffer.numel() * buffer.element_size(), _group_size(args, kwargs)))
-            return fn(*args, **kwargs)
+            depth = getattr(inside, "depth", 0)
+            if depth == 0:
+                buffer = args[index] if len(args) > index else kwargs[keyword]
+                calls.append(Collective(KINDS[name], buffer.numel() * buffer.element_size(),
+                                        _group_size(args, kwargs)))
+            inside.depth = depth + 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                inside.depth = depth
 
         return counted
 

@@ -1,13 +1,18 @@
 """ZeRO/FSDP memory formulas, ZeRO-1 by hand against Adam, and the collective counter."""
 
+import warnings
+
 import pytest
 import torch
 import torch.distributed as dist
 
+from dplab.compat import fill_in
 from dplab.traffic import count_collectives
 from labcode.sharding import STAGES, model_state_bytes
 
 from conftest import assert_every_rank_passes
+
+fill_in()  # torch before 2.13: the collectives' current names, which these tests call
 
 
 def test_seven_billion_parameters_need_112_gb_under_ddp_and_a_sixteenth_per_rank_fully_sharded():
@@ -38,6 +43,51 @@ def test_counter_records_each_collective_with_its_full_buffer_and_restores_torch
     assert [(c.kind, c.nbytes, c.ranks) for c in calls] == [
         ("all_reduce", 24, 1), ("reduce_scatter", 48, 1), ("all_gather", 12, 1)]
     assert (dist.all_reduce, dist.reduce_scatter_single, dist.all_gather_single) == originals
+
+
+def test_counter_counts_a_collective_once_by_its_deprecated_name(tmp_path):
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        with warnings.catch_warnings(), count_collectives() as calls:
+            warnings.simplefilter("ignore", FutureWarning)  # 2.13 deprecates both names
+            dist.reduce_scatter_tensor(torch.empty(6), torch.ones(6))
+            dist.all_gather_into_tensor(torch.empty(3), torch.ones(3))
+    finally:
+        dist.destroy_process_group()
+    assert [(c.kind, c.nbytes) for c in calls] == [("reduce_scatter", 24), ("all_gather", 12)]
+
+
+def test_counter_counts_once_on_a_torch_with_only_the_old_names_filled_in_or_shimmed(tmp_path, monkeypatch):
+    c10d = dist.distributed_c10d
+    for name in ("reduce_scatter_single", "all_gather_single"):  # torch before 2.13
+        monkeypatch.delattr(dist, name, raising=False)
+    monkeypatch.setattr(dist, "reduce_scatter_tensor", c10d.reduce_scatter_tensor)
+    monkeypatch.setattr(dist, "all_gather_into_tensor", c10d.all_gather_into_tensor)
+    assert fill_in(dist) == ["reduce_scatter_single", "all_gather_single"]
+
+    def issue():
+        dist.reduce_scatter_single(torch.empty(6), torch.ones(6))
+        dist.reduce_scatter_tensor(torch.empty(6), torch.ones(6))
+        dist.all_gather_single(torch.empty(3), torch.ones(3))
+        dist.all_gather_into_tensor(torch.empty(3), torch.ones(3))
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            with count_collectives() as filled:
+                issue()
+            # A shim that reaches the new name through torch.distributed nests two wrappers.
+            monkeypatch.setattr(dist, "reduce_scatter_tensor", lambda *a, **k: dist.reduce_scatter_single(*a, **k))
+            monkeypatch.setattr(dist, "all_gather_into_tensor", lambda *a, **k: dist.all_gather_single(*a, **k))
+            with count_collectives() as shimmed, count_collectives() as inner:
+                issue()
+    finally:
+        dist.destroy_process_group()
+    once = [("reduce_scatter", 24)] * 2 + [("all_gather", 12)] * 2
+    assert [(c.kind, c.nbytes) for c in filled] == once
+    assert [(c.kind, c.nbytes) for c in shimmed] == once  # nested blocks each count every call
+    assert [(c.kind, c.nbytes) for c in inner] == once
 
 
 def test_zero1_by_hand_equals_ddp_adam_shards_its_state_and_sends_two_collectives_and_replays_them_under_mpiexec():

@@ -1,7 +1,12 @@
 """`start_cluster`: resolve the settings once, then hand them to the launcher they name."""
 from __future__ import annotations
 
+import warnings
+from importlib import metadata
+
+from ..compat import check_supported, supported_range
 from . import local, slurm
+from .errors import ClusterError
 from .local import Cluster
 from .settings import LAUNCHERS, Settings, describe
 
@@ -21,7 +26,23 @@ def start_cluster(p: int | None = None, *, init_torch: bool = True, **settings) 
     context manager, or call ``.stop()``; it also stops at interpreter exit.
     """
     resolved = Settings.resolve(p=p, **settings)
+    check_torch(metadata.version("torch"))
     return START[resolved.launcher](resolved, init_torch=init_torch)
+
+
+def check_torch(version: str) -> None:
+    """Refuse a torch older than the book supports, before anything starts; warn on a newer one.
+
+    Older ones fail later, and less clearly: 2.7.1's TCPStore cannot take the listening socket
+    the kit hands it (dplab.cluster.engine.setup), so every lab stops at its first cell.
+    """
+    problem = check_supported(version)
+    if problem is None:
+        return
+    if "newer" in problem:
+        warnings.warn(problem, stacklevel=3)
+        return
+    raise ClusterError(f"{problem} (the labs need torch {supported_range()[0]} or newer)")
 
 
 start_cluster.__doc__ += "\n" + "\n".join("    " + line for line in describe().splitlines()) + "\n"
