@@ -1,6 +1,5 @@
 """Backend and device choice, with the GPU count given rather than detected."""
 import socket
-from pathlib import Path
 
 import pytest
 
@@ -85,14 +84,3 @@ def test_port_in_use_is_detected():
 def test_privileged_or_invalid_port_is_refused():
     with pytest.raises(PortInUseError, match="outside 1024-65535"):
         check_port_free(80)
-
-
-def test_nccl_ranks_block_in_the_collective_so_the_watch_sees_them_wait():
-    from dplab.cluster import engine
-
-    assert engine.backend_environment("nccl") == {"TORCH_NCCL_BLOCKING_WAIT": "1"}
-    assert engine.backend_environment("gloo") == {}
-    source = Path(engine.__file__).read_text()
-    made = source.index("dist.init_process_group(")
-    assert -1 < source.index("os.environ.update(backend_environment(") < made, (
-        "setup must set the backend's variables before it makes the process group")

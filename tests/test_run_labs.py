@@ -37,9 +37,9 @@ def test_a_cpu_build_of_torch_on_a_gpu_machine_is_named_with_the_fix():
     assert gpu_problem("2.13.0+cu128", "12.8", 1, h100) is None
 
 
-def test_gpu_settings_run_together_share_the_cores_among_all_their_engines(monkeypatch):
-    """On 16 cores with one GPU, the NCCL engine and the 4 gloo engines run at once: 3 threads
-    each, not 16 and 4 (32 threads on 16 cores, which the labs' timing checks would measure)."""
+def test_gpu_settings_share_the_cores_among_the_engines_and_the_kernel(monkeypatch):
+    """On 16 cores with one GPU: the NCCL engine 8 threads and the kernel 8; then 4 gloo engines
+    3 each and the kernel 3. Not 16 for the kernel on top of the engines' (Lab 2: 130 s on an H200)."""
     import torch
 
     sys.path.insert(0, str(RUNNER.parent))
@@ -52,10 +52,53 @@ def test_gpu_settings_run_together_share_the_cores_among_all_their_engines(monke
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: h100[0]["name"])
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    together = run_labs.gpu_settings(together=True)
-    assert [env["DPLAB_THREADS"] for env in together.values()] == ["3", "3"], together
-    alone = run_labs.gpu_settings()
-    assert all("DPLAB_THREADS" not in env for env in alone.values()), alone
+    said = []
+    settings = run_labs.gpu_settings(said.append)
+    threads = [(env["DPLAB_ENGINES"], env["DPLAB_THREADS"], env["OMP_NUM_THREADS"]) for env in settings.values()]
+    assert threads == [("1", "8", "8"), ("4", "3", "3")], settings
+    assert settings[run_labs.SHARED_GPU]["CUDA_VISIBLE_DEVICES"] == "0"
+    assert any("3 torch thread(s) per engine, 3 for the kernel, on 16 cores" in line for line in said), said
+    assert run_labs.thread_split(1, 2) == (1, 1) and run_labs.thread_split(4, 2) == (1, 1)
+
+
+def test_gpu_rehearsal_keeps_the_settings_shape_on_the_cpu():
+    sys.path.insert(0, str(RUNNER.parent))
+    import run_labs
+
+    settings = run_labs.gpu_settings(lambda line: None, rehearse=True)
+    assert [(env["DPLAB_ENGINES"], env["DPLAB_BACKEND"], env["DPLAB_DEVICE"]) for env in settings.values()] == [
+        ("1", "gloo", "cpu"), ("4", "gloo", "cpu")]
+
+
+def test_gpu_settings_never_run_at_once():
+    out = run("--gpu", "--parallel")
+    assert out.returncode != 0 and "one after the other" in out.stderr
+
+
+def test_one_after_another_each_verdict_is_logged_as_it_comes_and_the_limit_holds(tmp_path):
+    """A run killed at its limit still says what ran: each verdict is in the log as the lab ends;
+    past --timeout no cell runs, and the labs left say they were not started."""
+    quick = tmp_path / "a_quick.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), quick)
+    slow = tmp_path / "b_slow.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time\ntime.sleep(600)")]), slow)
+    after = tmp_path / "c_after.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), after)
+    log = tmp_path / "log" / "gpu.log"
+    before = descendants()
+    t0 = time.monotonic()
+    out = run("--timeout", "15", "--log", str(log), "--setting", "one:WHICH=1", "--setting", "two:WHICH=2",
+              str(quick), str(slow), str(after))
+    took = time.monotonic() - t0
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = log.read_text().splitlines()
+    assert [line.split(": ok (")[0] for line in lines[:2]] == ["a_quick.ipynb [one]", "a_quick.ipynb [two]"], lines
+    assert lines[2].startswith("b_slow.ipynb [one]: FAIL: not finished within the limit"), lines
+    assert lines[3] == "b_slow.ipynb [two]: FAIL: not started within the 15 s limit", lines
+    assert lines[5] == "c_after.ipynb [two]: FAIL: not started within the 15 s limit", lines
+    assert lines[-1].endswith("2 passed, 4 failed"), lines
+    assert took < 15 + 40, f"the limit did not hold: {took:.0f} s"
+    assert wait_until_gone(descendants() - before, timeout=5) == set()
 
 
 def test_table_names_the_failing_cell_and_passes_the_setting(tmp_path):

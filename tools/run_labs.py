@@ -2,11 +2,15 @@
 
     python tools/run_labs.py --any-p          # p = 1 and p = 3 on this machine (make test-any-p)
     python tools/run_labs.py --gpu            # NCCL, one engine per GPU; 4 engines sharing GPU 0 on gloo
+    python tools/run_labs.py --gpu --timeout 480 --log gpu.log   # one after the other, bounded (make test-gpu)
     python tools/run_labs.py --setting NAME:VAR=VALUE,VAR=VALUE [labs/01_single_device.ipynb ...]
-    python tools/run_labs.py --gpu --parallel --timeout 540   # settings at once, each bounded (make test-gpu)
+    python tools/run_labs.py --parallel --timeout 540 --setting ...   # settings at once, each bounded
 
 Outputs are not compared and the notebooks are not written back: a lab passes when every cell
 runs and every assert holds. After each lab, no process that it started may still be running.
+Each verdict is printed (and appended to --log) as soon as its lab ends, so a run killed at its
+limit still says what ran. The GPU settings never run at once: sharing GPU 0 and the cores made
+NCCL's rank 0 a straggler.
 """
 from __future__ import annotations
 
@@ -64,43 +68,61 @@ SHARED_GPU_ENGINES = 4  # the gloo setting's engines, all on GPU 0
 SHARED_GPU = f"gloo, {SHARED_GPU_ENGINES} share GPU 0"  # that setting's name
 
 
-def gpu_settings(together: bool = False) -> dict[str, dict[str, str]]:
-    """NCCL with one engine per GPU, and 4 engines sharing GPU 0 on gloo; exits if there is no GPU.
-    together: the settings will run at once, so each engine gets its share of the cores among
-    every setting's engines, not among its own setting's alone."""
+def thread_split(engines: int, cores: int) -> tuple[int, int]:
+    """(torch threads per engine, threads of the notebook's kernel): the cores shared among the
+    engines and the kernel, which also computes (references, single-process runs), so that no
+    core runs two busy threads."""
+    kernel = max(1, cores // (engines + 1))
+    return max(1, (cores - kernel) // engines), kernel
+
+
+def bound_threads(env: dict[str, str], engines: int, cores: int) -> dict[str, str]:
+    """env with DPLAB_THREADS for the engines and OMP_NUM_THREADS for the kernel (torch reads it
+    as it starts; the engines then set their own)."""
+    engine, kernel = thread_split(engines, cores)
+    return {**env, "DPLAB_THREADS": str(engine), "OMP_NUM_THREADS": str(kernel)}
+
+
+def gpu_settings(say=print, rehearse: bool = False) -> dict[str, dict[str, str]]:
+    """NCCL with one engine per GPU, and 4 engines sharing GPU 0 on gloo, to run one after the
+    other; each engine and the kernel get their share of the cores. Exits if there is no GPU.
+    rehearse: the same two settings on the CPU, gloo (1 engine, then 4), to try the run anywhere."""
     import torch
 
-    from dplab.cluster.settings import threads_per_rank
-
+    if rehearse:
+        cores = os.cpu_count() or 1
+        say(f"rehearsal on the CPU: torch {torch.__version__}, {cores} cores, gloo for both settings")
+        return {"rehearsal of nccl, 1 GPU(s)": bound_threads(
+                    {"DPLAB_ENGINES": "1", "DPLAB_BACKEND": "gloo", "DPLAB_DEVICE": "cpu"}, 1, cores),
+                f"rehearsal of {SHARED_GPU}": bound_threads(
+                    {"DPLAB_ENGINES": str(SHARED_GPU_ENGINES), "DPLAB_BACKEND": "gloo", "DPLAB_DEVICE": "cpu"},
+                    SHARED_GPU_ENGINES, cores)}
     n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     gpus = nvidia_gpus()
     problem = gpu_problem(torch.__version__, torch.version.cuda, n_gpus, gpus)
     if problem:
         sys.exit(problem)
-    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}; {n_gpus} GPU(s) visible: "
-          f"{torch.cuda.get_device_name(0)}; driver {gpus[0]['driver_version'] if gpus else 'unknown'}, "
-          f"compute mode {gpus[0]['compute_mode'] if gpus else 'unknown'}", flush=True)
+    say(f"torch {torch.__version__}, CUDA {torch.version.cuda}; {n_gpus} GPU(s) visible: "
+        f"{torch.cuda.get_device_name(0)}; driver {gpus[0]['driver_version'] if gpus else 'unknown'}, "
+        f"compute mode {gpus[0]['compute_mode'] if gpus else 'unknown'}")
+    cores = os.cpu_count() or 1
     settings = {
-        f"nccl, {n_gpus} GPU(s)": {"DPLAB_ENGINES": str(n_gpus), "DPLAB_BACKEND": "nccl", "DPLAB_DEVICE": "cuda"},
-        SHARED_GPU: {
+        f"nccl, {n_gpus} GPU(s)": bound_threads(
+            {"DPLAB_ENGINES": str(n_gpus), "DPLAB_BACKEND": "nccl", "DPLAB_DEVICE": "cuda"}, n_gpus, cores),
+        SHARED_GPU: bound_threads({
             "DPLAB_ENGINES": str(SHARED_GPU_ENGINES), "DPLAB_BACKEND": "gloo", "DPLAB_DEVICE": "cuda",
             "CUDA_VISIBLE_DEVICES": "0",
-        },
+        }, SHARED_GPU_ENGINES, cores),
     }
     if gpus and gpus[0]["compute_mode"].lower().startswith("exclusive"):
         # One process per GPU: ranks cannot share GPU 0. `nvidia-smi -c DEFAULT` (as root) allows it.
-        print(f"GPU 0 is in compute mode {gpus[0]['compute_mode']}: one process per GPU, so the setting "
-              f"'{SHARED_GPU}' is left out; set the Default mode (nvidia-smi -i 0 -c DEFAULT, as root) "
-              "to run it", flush=True)
+        say(f"GPU 0 is in compute mode {gpus[0]['compute_mode']}: one process per GPU, so the setting "
+            f"'{SHARED_GPU}' is left out; set the Default mode (nvidia-smi -i 0 -c DEFAULT, as root) to run it")
         del settings[SHARED_GPU]
-    if together and len(settings) > 1:
-        # Each setting alone would give its engines all the cores: twice as many threads as
-        # cores, and the labs' timing checks would measure the contention.
-        threads = threads_per_rank(n_gpus + SHARED_GPU_ENGINES)
-        for env in settings.values():
-            env["DPLAB_THREADS"] = str(threads)
-        print(f"the settings run at once: {threads} torch thread(s) per engine, "
-              f"{n_gpus + SHARED_GPU_ENGINES} engines on {os.cpu_count()} cores", flush=True)
+    for name, engines in ((name, n_gpus if name.startswith("nccl") else SHARED_GPU_ENGINES)
+                          for name in settings):
+        engine, kernel = thread_split(engines, cores)
+        say(f"[{name}]: {engine} torch thread(s) per engine, {kernel} for the kernel, on {cores} cores")
     return settings
 
 
@@ -127,8 +149,9 @@ def leftovers(before: set[int]) -> list[str]:
     return names
 
 
-def run_lab(path: Path, env: dict[str, str]) -> str:
-    """Execute one lab with `env` added to the environment; return 'ok (N s)' or what failed."""
+def run_lab(path: Path, env: dict[str, str], deadline: float | None = None) -> str:
+    """Execute one lab with `env` added to the environment; return 'ok (N s)' or what failed.
+    deadline (time.monotonic()): no cell runs past it."""
     nb = nbformat.read(path, as_version=4)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -139,10 +162,14 @@ def run_lab(path: Path, env: dict[str, str]) -> str:
             nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", record_timing=False,
             resources={"metadata": {"path": str(path.parent)}},
         )
+        if deadline is not None:
+            client.timeout_func = lambda cell: max(1, min(CELL_TIMEOUT_S, int(deadline - time.monotonic())))
         client.execute()
         result = f"ok ({time.perf_counter() - t0:.0f} s)"
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as e:
         result = describe_failure(nb, e)
+        if isinstance(e, CellTimeoutError) and deadline is not None and time.monotonic() >= deadline - 1:
+            result = f"FAIL: not finished within the limit ({time.perf_counter() - t0:.0f} s)"
     finally:
         for k, v in saved.items():
             if v is None:
@@ -237,22 +264,61 @@ def wait_for_settings(labs, settings, timeout, tmp: Path):
     return results
 
 
+def run_one_after_another(labs: list[Path], settings: dict[str, dict[str, str]], timeout: float | None,
+                          say=print) -> dict:
+    """Lab by lab, each setting in turn, on its own copy of the labs when there are several;
+    past `timeout` s no cell runs and the labs left say so."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with tempfile.TemporaryDirectory(prefix="run_labs-") as tmp:
+        copies = {name: (own_copies(labs, Path(tmp) / f"setting{i}") if len(settings) > 1 else labs)
+                  for i, name in enumerate(settings)}
+        results = {}
+        for i, lab in enumerate(labs):
+            for name, env in settings.items():
+                if deadline is not None and time.monotonic() >= deadline - 1:
+                    results[lab.name, name] = f"FAIL: not started within the {timeout:g} s limit"
+                else:
+                    results[lab.name, name] = run_lab(copies[name][i], env, deadline)
+                say(f"{lab.name} [{name}]: {results[lab.name, name]}")
+        return results
+
+
+def logger(path: Path | None):
+    """print, and append to `path` at once (a run killed later keeps what it said)."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        if path is not None:
+            with open(path, "a") as f:
+                f.write(line + "\n")
+    return say
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("labs", nargs="*", type=Path, help="notebooks (default: labs/*.ipynb)")
     ap.add_argument("--any-p", action="store_true", help="run at p = 1 and p = 3")
     ap.add_argument("--gpu", action="store_true", help="run the two GPU settings")
+    ap.add_argument("--rehearse", action="store_true", help="with --gpu: the same settings on the CPU, gloo")
     ap.add_argument("--setting", action="append", default=[], help="NAME:VAR=VALUE,... (repeatable)")
     ap.add_argument("--parallel", action="store_true", help="run the settings at once, one process each")
-    ap.add_argument("--timeout", type=float, help="with --parallel: seconds before a setting is killed")
+    ap.add_argument("--timeout", type=float, help="seconds: with --parallel, before a setting is killed; "
+                    "else past it no cell runs")
+    ap.add_argument("--log", type=Path, help="append each verdict to this file as it comes")
     ap.add_argument("--settings-json", help=argparse.SUPPRESS)  # one setting, from --parallel
     args = ap.parse_args()
-    if args.timeout is not None and (args.timeout <= 0 or not args.parallel):
-        ap.error("--timeout takes seconds > 0, with --parallel")
+    if args.timeout is not None and args.timeout <= 0:
+        ap.error("--timeout takes seconds > 0")
+    if args.gpu and args.parallel:
+        ap.error("--gpu runs its settings one after the other: at once, GPU 0 carried NCCL's rank 0 "
+                 "and every gloo engine, and rank 0 became a straggler")
+    say = logger(args.log)
 
     settings: dict[str, dict[str, str]] = {}
     if args.gpu:
-        settings.update(gpu_settings(together=args.parallel))
+        settings.update(gpu_settings(say, rehearse=args.rehearse))
     if args.any_p:
         settings.update(ANY_P)
     settings.update(parse_setting(s) for s in args.setting)
@@ -269,19 +335,16 @@ def main() -> int:
     if args.parallel and len(settings) > 1:
         results = run_in_parallel([lab.resolve() for lab in labs], settings, args.timeout)
     else:
-        for lab in labs:
-            for name, env in settings.items():
-                results[lab.name, name] = run_lab(lab.resolve(), env)
-                print(f"{lab.name} [{name}]: {results[lab.name, name]}", flush=True)
+        results = run_one_after_another([lab.resolve() for lab in labs], settings, args.timeout, say)
 
     width = max(len(lab.name) for lab in labs)
     cols = {name: max(len(name), *(len(results[lab.name, name]) for lab in labs)) for name in settings}
-    print("\n" + "lab".ljust(width) + " | " + " | ".join(n.ljust(w) for n, w in cols.items()))
-    print("-" * width + "-+-" + "-+-".join("-" * w for w in cols.values()))
+    say("\n" + "lab".ljust(width) + " | " + " | ".join(n.ljust(w) for n, w in cols.items()))
+    say("-" * width + "-+-" + "-+-".join("-" * w for w in cols.values()))
     for lab in labs:
-        print(lab.name.ljust(width) + " | " + " | ".join(results[lab.name, n].ljust(w) for n, w in cols.items()))
+        say(lab.name.ljust(width) + " | " + " | ".join(results[lab.name, n].ljust(w) for n, w in cols.items()))
     failed = [k for k, v in results.items() if not v.startswith("ok") or "left running" in v]
-    print(f"\n{len(results) - len(failed)} passed, {len(failed)} failed")
+    say(f"\n{len(results) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0
 
 

@@ -45,13 +45,13 @@ class RankInfo:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name in ENGINE_NAMES}
 
 
-def _node_rank_and_size(comm) -> tuple[int, int]:
-    """Rank among the processes that share this node, and how many they are."""
+def _on_node(comm, mine):
+    """(rank among the processes that share this node, how many they are, each one's `mine`)."""
     from mpi4py import MPI
 
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
-        return node.Get_rank(), node.Get_size()
+        return node.Get_rank(), node.Get_size(), node.allgather(mine)
     finally:
         node.Free()
 
@@ -74,32 +74,69 @@ def _listen_interface(hosts: list[str], iface: str | None) -> tuple[str | None, 
         return None, None, str(e)
 
 
-def _gpu_for(rank: int, local_rank: int, backend: str) -> tuple[int | None, str | None]:
-    """The GPU this rank should use, or a message saying why it cannot have one."""
+def visible_gpus() -> list[str]:
+    """This process's GPUs, in torch's order, each named by what tells physical GPUs apart:
+    its UUID (`torch.cuda.get_device_properties(i).uuid`), else its PCI bus id."""
     import torch
 
-    n_gpus = torch.cuda.device_count()
-    if n_gpus == 0:
+    names = []
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        uuid = getattr(props, "uuid", None)
+        names.append(str(uuid) if uuid is not None else f"pci {getattr(props, 'pci_bus_id', i)}")
+    return names
+
+
+def gpu_for(rank: int, local_rank: int, backend: str, node_gpus: list[list[str]]) -> tuple[int | None, str | None]:
+    """The index (among the GPUs it sees) of the GPU this rank should use, or why it cannot have one.
+
+    node_gpus[r]: what local rank r sees (`visible_gpus`). Each rank takes the first GPU it sees
+    that no rank before it took, the ranks that see fewer GPUs choosing first: every rank seeing
+    every GPU gives local rank r GPU r; SLURM's --gpus-per-task=1 (each rank sees only its own
+    GPU) gives each GPU 0. NCCL needs a physical GPU of its own per rank on a node, so when none
+    is left NCCL is refused; gloo then shares, GPU local_rank mod (GPUs seen).
+    """
+    mine = node_gpus[local_rank]
+    if not mine:
         return None, f"rank {rank} sees no GPU: check CUDA_VISIBLE_DEVICES on this node"
-    if backend == "nccl" and local_rank >= n_gpus:
+    taken: set[str] = set()
+    for r in sorted(range(len(node_gpus)), key=lambda r: (len(node_gpus[r]), r)):
+        free = [g for g in node_gpus[r] if g not in taken]
+        if r == local_rank:
+            if free:
+                return mine.index(free[0]), None
+            break
+        taken.update(free[:1])
+    if backend == "nccl":
+        n = len(set().union(*map(set, node_gpus)))
         return None, (
-            f"rank {rank} is local rank {local_rank} but its node has {n_gpus} GPU(s): "
-            "NCCL needs one GPU per rank, so start fewer engines per node or use gloo"
+            f"rank {rank} is local rank {local_rank} of {len(node_gpus)} on its node, which share "
+            f"{n} GPU(s) among them: NCCL needs a GPU of its own per rank, so start fewer engines "
+            "per node or use gloo"
         )
-    return local_rank % n_gpus, None
+    return local_rank % len(mine), None
 
 
 def backend_environment(backend: str) -> dict[str, str]:
     """Variables the backend reads when its process group is made.
 
-    NCCL: TORCH_NCCL_BLOCKING_WAIT=1, so that a collective blocks this rank's Python thread
-    until it completes or times out (torch 2.13's distributed_c10d docs: "When
-    TORCH_NCCL_BLOCKING_WAIT is set, the process will block and wait for this timeout").
-    Without it the call returns at once and the rank spins later, at `.item()` or a
-    synchronize, where the stuck-rank watch cannot tell it from work; only NCCL's watchdog
-    then ends it, after the timeout, by killing the process.
+    NCCL: its watchdog ends every hang. ProcessGroupNCCL's constructor starts no watchdog when
+    TORCH_NCCL_BLOCKING_WAIT is set (it logs "TORCH_NCCL_BLOCKING_WAIT is enabled, NO watchdog
+    thread is created"; torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, pytorch/pytorch): then
+    only a Python `wait()` times out, never a collective whose end a stream waits for (DDP's
+    comm-hook `fut.then`, FSDP2's streams), so BLOCKING_WAIT is set to 0 whatever the shell says.
+    The watchdog times out each collective after the process group's timeout (torch 2.13,
+    distributed_c10d.py:1728, init_process_group: "the duration after which collectives will be
+    aborted asynchronously and the process will crash") and, with TORCH_NCCL_ASYNC_ERROR_HANDLING=3
+    (SkipCleanUp, the constructor's default: `getCvarInt(TORCH_NCCL_ASYNC_ERROR_HANDLING, 3)`, set
+    here so a shell's 0 cannot turn it off), ends the process (SIGABRT), which the watch reports
+    as a RankDiedError. The price: a rank stuck in NCCL waits in `.item()` or a synchronize, not
+    in the collective, until that timeout.
+    Gloo: its collectives block and time out by themselves; an error reaches a future's waiter.
     """
-    return {"TORCH_NCCL_BLOCKING_WAIT": "1"} if backend == "nccl" else {}
+    if backend != "nccl":
+        return {}
+    return {"TORCH_NCCL_BLOCKING_WAIT": "0", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}
 
 
 def setup(settings: Settings, stacks: str | None = None) -> RankInfo:
@@ -119,6 +156,9 @@ def setup(settings: Settings, stacks: str | None = None) -> RankInfo:
     import torch
     import torch.distributed as dist
 
+    from ..compat import fill_in
+
+    fill_in(dist)  # torch 2.8-2.12: the collectives' current names, which the labs use
     s = settings
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -129,10 +169,11 @@ def setup(settings: Settings, stacks: str | None = None) -> RankInfo:
         os.environ["TORCH_DISTRIBUTED_DEBUG"] = s.debug
         dist.set_debug_level_from_env()
     os.environ.update(to_environment(mnist=s.mnist))  # for dplab.data.load_mnist on this rank
-    local_rank, local_size = _node_rank_and_size(comm)
+    # What GPUs each rank of this node sees: ranks that see the same one cannot each own it.
+    local_rank, local_size, node_gpus = _on_node(comm, visible_gpus() if s.device == "cuda" else [])
     # Ranks on one node share its cores: give each its share instead of all of them.
     torch.set_num_threads(s.threads or threads_per_rank(local_size))
-    gpu, problem = _gpu_for(rank, local_rank, s.backend) if s.device == "cuda" else (None, None)
+    gpu, problem = gpu_for(rank, local_rank, s.backend, node_gpus) if s.device == "cuda" else (None, None)
     host = socket.gethostname()
     ifname, addr, net_problem = _listen_interface(comm.allgather(host), s.iface)
     # Decide together: if one rank cannot start, none waits in a rendezvous that never completes.

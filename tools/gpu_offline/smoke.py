@@ -1,7 +1,8 @@
-"""Smoke test for .whl/gpu_run.sh: imports, versions, where things are found, then one notebook run
-through nbclient's "python3" kernel (as tools/run_labs.py runs the labs) that starts a 2-engine gloo
-cluster and a 1-engine NCCL one on SMOKE_DEVICE (default cuda; cpu uses gloo for both) and
-all-reduces on each. Prints every output (tracebacks included); exits 1 on any failure."""
+"""Smoke test for tools/gpu_offline/run.sh: imports, versions, where things are found, then one
+notebook run through nbclient's "python3" kernel (as tools/run_labs.py runs the labs) that starts a
+2-engine gloo cluster and an NCCL one of one engine per GPU on SMOKE_DEVICE (default cuda; cpu
+uses gloo for both, with 2 engines) and all-reduces on each, each NCCL rank on a GPU of its own.
+Prints every output (tracebacks included); exits 1 on any failure."""
 import os
 import re
 import sys
@@ -24,19 +25,24 @@ print("MPI:", MPI.Get_library_version().splitlines()[0], "| mpi4py from", os.pat
 print("mpiexec:", find_mpiexec(), "| torchrun:", torchrun, os.path.exists(torchrun), "| mnist:", os.path.exists(DATA_PATH))
 print("kernel python3:", KernelSpecManager().get_kernel_spec("python3").argv)
 problems = ipp.missing()
-if not find_mpiexec().startswith(os.environ.get("SITE", "/tmp/site")):
+if not os.path.realpath(find_mpiexec()).startswith(os.path.realpath(os.environ.get("SITE", "/tmp/site"))):
     problems.append(f"dplab finds mpiexec at {find_mpiexec()}, not the mpich wheel's: MPI may not match mpi4py's")
 if not os.path.exists(torchrun):
     problems.append(f"no {torchrun}: Lab 5 (TorchrunJob) needs it")
 nccl = "nccl" if dev == "cuda" else "gloo"
+n = torch.cuda.device_count() if dev == "cuda" else 2  # one NCCL engine per GPU
 cells = [
     f"import dplab\ncluster = dplab.start_cluster(2, backend='gloo', device='{dev}')\nprint(cluster, cluster.mpiexec)",
     "%%px\nimport torch, torch.distributed as dist\nt = torch.ones(1, device=device) * (rank + 1)\n"
     "dist.all_reduce(t)\ns = t.item()\nprint(rank, world_size, device, s, torch.get_num_threads())",
     "vals = cluster.view.pull('s')\nprint(vals)\nassert vals == [3.0, 3.0], vals",
-    f"cluster = dplab.start_cluster(1, backend='{nccl}', device='{dev}')\nprint(cluster)",
-    "%%px\nimport torch, torch.distributed as dist\nt = torch.ones(1, device=device)\ndist.all_reduce(t)\ns = t.item()\nprint(rank, device, s, dist.get_backend())",
-    "assert cluster.view.pull('s') == [1.0]\ncluster.stop()\nprint('cluster smoke ok')",
+    f"cluster = dplab.start_cluster({n}, backend='{nccl}', device='{dev}')\nprint(cluster)",
+    "%%px\nimport torch, torch.distributed as dist\nt = torch.ones(1, device=device)\ndist.all_reduce(t)\n"
+    "s = t.item()\nprint(rank, device, s, dist.get_backend())",
+    f"assert cluster.view.pull('s') == [{n}.0] * {n}, cluster.view.pull('s')\n"
+    "gpus = [str(r.device) for r in cluster.ranks]\nprint(gpus)\n"
+    f"assert '{dev}' == 'cpu' or len(set(gpus)) == {n}, gpus  # a GPU of its own per rank\n"
+    "cluster.stop()\nprint('cluster smoke ok')",
 ]
 nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
 ok = True
