@@ -265,9 +265,9 @@ def held_bytes(model, opt):
 
 
 # From labs/07_sharding.ipynb, section "6. Memory per rank".
-def peak_bytes(model, opt, step):
-    # The most bytes of tensors alive at once during step(), from PyTorch's
-    # memory trackers.
+def peak_bytes(model, opt, step, device):
+    # The most bytes of tensors alive at once on `device` during step(), from
+    # PyTorch's memory trackers.
     inner = getattr(opt, "optim", opt)  # ZeRO1 keeps its slice's optimizer in .optim
     if isinstance(model, FSDPModule):
         tracker = FSDPMemTracker(model, inner)
@@ -276,7 +276,8 @@ def peak_bytes(model, opt, step):
         tracker.track_external(model, inner)
     with tracker:
         step()
-    return next(iter(tracker.get_tracker_snapshot("peak").values()))["Total"]
+    # One entry per device: a GPU rank's snapshot holds "cpu" too.
+    return tracker.get_tracker_snapshot("peak")[device]["Total"]
 
 
 # From labs/07_sharding.ipynb, section "Measure".
