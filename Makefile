@@ -11,7 +11,7 @@ MATHJAX := $(VENV)/share/mathjax/.installed-$(MATHJAX_VERSION)
 export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup venv book test test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-slurm \
+.PHONY: setup venv book test test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-torch test-slurm \
 	test-hub test-hub-slurm test-load student grade test-student bench bench-nodes labs clean
 
 setup: $(STAMP) $(MATHJAX)
@@ -37,7 +37,9 @@ book: setup
 	$(BIN)/jupyter-book build .
 	@echo "Open _build/html/index.html"
 
-test: test-kit test-labs test-labs-other-cpu test-book test-browser
+# The other-CPU nbval pass (test-labs-other-cpu) runs in .ci/run on the oldest supported torch:
+# make test-torch TORCH=<lowest> ON=other-cpu proves the stored outputs on another CPU and torch at once.
+test: test-kit test-labs test-book test-browser
 
 # Labs and kit tests run with the defaults (4 engines, automatic backend), whatever the shell sets:
 # every DPLAB_* variable in make's environment is removed (no list of settings to keep up to date).
@@ -63,6 +65,24 @@ test-labs: setup
 test-labs-other-cpu: setup
 	$(UNSET_DPLAB) DPLAB_DEVICE=cpu $(OTHER_CPU) $(BIN)/python tools/busy_core.py $(NBVAL) labs
 
+# Every lab, every cell, with its asserts and the nbval comparison of its stored outputs, on another
+# release of torch (PyPI's build, installed once into .torch/X.Y.Z/ beside the venv and put first on
+# PYTHONPATH for the kernels and their engines). ON=other-cpu runs it as test-labs-other-cpu does.
+# RECORD=1 puts the verdict in benchmarks/results/test_torch.txt, which the intro page shows.
+# A TORCH that is not a supported release stops before anything is installed.
+TORCH ?=
+ON ?= this-cpu
+test-torch: venv
+	@[ -n "$(TORCH)" ] || { echo "make test-torch: name a release, make test-torch TORCH=2.8.0" >&2; exit 2; }
+	@case "$(ON)" in this-cpu|other-cpu) ;; *) echo "make test-torch: ON=$(ON)? Use ON=this-cpu or ON=other-cpu" >&2; exit 2;; esac
+	$(BIN)/python tools/torch_release.py $(TORCH)
+	mkdir -p _build
+	set -o pipefail; $(UNSET_DPLAB) PYTHONPATH=$(CURDIR)/.torch/$(TORCH) DPLAB_DEVICE=cpu \
+		$(if $(filter other-cpu,$(ON)),$(OTHER_CPU) $(BIN)/python tools/busy_core.py) $(NBVAL) labs \
+		| tee _build/test-torch-$(TORCH)-$(ON).log; rc=$$?; \
+		[ -z "$(RECORD)" ] || $(BIN)/python tools/torch_release.py --record $(TORCH) $(ON) _build/test-torch-$(TORCH)-$(ON).log; \
+		exit $$rc
+
 # Every lab at p = 1 and p = 3, asserts only (stored outputs are those of p = 4). ANY_P="1" runs
 # p = 1 alone: .ci/run does, because make test-student runs every lab at p = 3, every cell.
 ANY_P ?= 1 3
@@ -76,10 +96,31 @@ LOAD ?= quiet1 quiet2 quiet3 busy two p=2 p=6
 test-load: venv
 	$(UNSET_DPLAB) $(BIN)/python tools/load_labs.py --conditions $(LOAD)
 
-# Every lab on a GPU, asserts only: NCCL with one engine per GPU, and 4 engines sharing GPU 0 on gloo.
-# With no GPU it says so and exits non-zero before starting anything.
+# Every lab on a GPU, asserts only: NCCL with one engine per GPU, then 4 engines sharing GPU 0 on
+# gloo, within GPU_LIMIT s; each verdict goes to _build/test_gpu.log as it comes. With no GPU it says so and
+# exits non-zero before starting anything. OFFLINE=1 (a GPU machine with no network and no venv):
+# tools/gpu_offline/run.sh, on the machine's own torch and the wheels of `make gpu-wheels`.
+GPU_LIMIT ?= 480
+GPU_WHEELS ?= .whl/gpu
+ifeq ($(OFFLINE),1)
+test-gpu:
+	LIMIT=$(GPU_LIMIT) WHL=$(GPU_WHEELS) bash tools/gpu_offline/run.sh
+else
 test-gpu: venv
-	$(UNSET_DPLAB) $(BIN)/python tools/run_labs.py --gpu --parallel --timeout 540
+	$(UNSET_DPLAB) $(BIN)/python tools/run_labs.py --gpu --timeout $(GPU_LIMIT) --log _build/test_gpu.log
+endif
+
+# The wheels that test-gpu OFFLINE=1 installs, for the GPU machine's Python (GPU_PYTHON), made here
+# (network needed): requirements.txt less torch, the book's tools and what the GPU image has.
+GPU_PYTHON ?= 3.12
+GPU_PLATFORMS := $(foreach t,manylinux_2_17 manylinux2014 manylinux_2_24 manylinux_2_27 manylinux_2_28 \
+	manylinux_2_31 manylinux_2_34 manylinux_2_35 manylinux1,--platform $(t)_x86_64)
+gpu-wheels: venv
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	$(BIN)/python tools/gpu_offline/wheels.py > $(GPU_WHEELS)/requirements.txt
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) \
+		--implementation cp $(GPU_PLATFORMS) -d $(GPU_WHEELS) -r $(GPU_WHEELS)/requirements.txt
+	@du -sh $(GPU_WHEELS)
 
 # A private SLURM cluster of 2 nodes on this machine (tools/slurm/start.sh), the tests in
 # tests/slurm on it (the SLURM launch recipes, engines across nodes, Lab 0 on them), then its

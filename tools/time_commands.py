@@ -7,7 +7,10 @@ Clones this repository's HEAD into a temporary folder, runs each `make` target t
 the other (pip's cache is reused, nothing else), and writes its times at the top of
 benchmarks/results/commands.txt; the earlier times of the other targets stay below, each under
 the header of its own run. `python tools/readme_tables.py` then puts the times into README.md.
+What a target writes in the clone's benchmarks/results/ (make test-torch's verdict with
+RECORD=1 in the environment, make bench-nodes' figures) is copied back here.
 """
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,5 +55,11 @@ with tempfile.TemporaryDirectory() as tmp:
             sys.exit(f"make {target} failed in the clean clone after {seconds:.0f} s: times not saved")
         lines.append(f"make {target:12s} {seconds:7.0f} s\n")
         print(lines[-1], end="", flush=True)
+        changed = subprocess.run(["git", "status", "--porcelain", "--", "benchmarks/results"], cwd=clone,
+                                 capture_output=True, text=True, check=True).stdout.splitlines()
+        for entry in changed:
+            name = entry[3:].strip()
+            shutil.copy2(clone / name, ROOT / name)
+            print(f"copied back: {name}", flush=True)
 earlier = earlier_runs(OUT.read_text(), targets) if OUT.exists() else []
 OUT.write_text("".join(lines + earlier))

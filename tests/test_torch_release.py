@@ -1,0 +1,60 @@
+"""make test-torch TORCH=X.Y.Z: a bad or unsupported TORCH stops before anything is installed, with
+what to do; a good one runs nbval with that torch first on PYTHONPATH for kernels and engines."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import torch_release  # noqa: E402
+
+ROOM = 100 * 2**30
+
+
+@pytest.mark.parametrize("value, says", [
+    ("", "not a release number"), ("2.8", "not a release number"), ("latest", "not a release number"),
+    ("2.8.0+cu128", "not a release number"), ("2.7.1", "older than the book supports"),
+    ("2.16.0", "newer than the book has been checked on"),
+])
+def test_bad_or_unsupported_torch_is_refused_with_what_to_do(value, says):
+    why = torch_release.problem(value, ROOM)
+    assert why is not None and says in why, why
+
+
+def test_supported_releases_pass_and_a_full_disk_is_refused():
+    assert torch_release.problem("2.8.0", ROOM) is None
+    assert torch_release.problem("2.15.0", ROOM) is None
+    assert "free disk" in torch_release.problem("2.15.0", 2**30)
+
+
+@pytest.mark.parametrize("value", ["2.7.1", "abc", ""])
+def test_make_refuses_before_installing_anything(value, tmp_path):
+    out = subprocess.run(["make", "test-torch", f"TORCH={value}"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode != 0
+    assert "make test-torch:" in out.stderr, out.stderr
+    assert "pip install" not in out.stdout and "--nbval" not in out.stdout
+    assert not (ROOT / ".torch" / value).exists() or value == ""
+
+
+def test_the_nbval_pass_puts_that_torch_first_on_pythonpath(tmp_path):
+    for on, other in (("this-cpu", False), ("other-cpu", True)):
+        out = subprocess.run(["make", "-n", "test-torch", "TORCH=2.8.0", f"ON={on}",
+                              f"VENV={tmp_path / 'fresh-venv'}"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        nbval = out.stdout[out.stdout.index("PYTHONPATH="):]
+        assert f"PYTHONPATH={ROOT}/.torch/2.8.0" in nbval and "DPLAB_DEVICE=cpu" in nbval
+        assert ("ATEN_CPU_CAPABILITY=default" in nbval and "busy_core.py" in nbval) == other
+
+
+def test_the_readme_states_the_supported_range():
+    from dplab.compat import SUPPORTED, supported_range
+
+    low, newest = supported_range()
+    readme = (ROOT / "README.md").read_text()
+    assert f"The labs support torch {low} to {newest}" in readme and f"`{SUPPORTED}`" in readme
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "supported_range()" in ci, ".ci/run must take the lowest and newest from dplab.compat"
