@@ -48,8 +48,9 @@ def install(version: str) -> Path:
         return folder
     shutil.rmtree(folder, ignore_errors=True)  # a half-finished install
     folder.parent.mkdir(exist_ok=True)
-    # PIP_CONSTRAINT="" lifts a machine-wide cap on torch (some CI images pin what lies on their disk).
-    env = {**os.environ, "PIP_CONSTRAINT": ""}
+    # No pip configuration file: a machine-wide one may cap torch (this CI image caps it at the
+    # release that lies on its disk, 2.14.1) or point at local wheels. PyPI decides.
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_CONSTRAINT": ""}
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target",
            str(folder), f"torch=={version}"]
     print(f"make test-torch: installing torch {version} into {folder.relative_to(ROOT)}/", flush=True)
