@@ -76,53 +76,41 @@ def thread_split(engines: int, cores: int) -> tuple[int, int]:
     return max(1, (cores - kernel) // engines), kernel
 
 
-def bound_threads(env: dict[str, str], engines: int, cores: int) -> dict[str, str]:
-    """env with DPLAB_THREADS for the engines and OMP_NUM_THREADS for the kernel (torch reads it
-    as it starts; the engines then set their own)."""
-    engine, kernel = thread_split(engines, cores)
-    return {**env, "DPLAB_THREADS": str(engine), "OMP_NUM_THREADS": str(kernel)}
-
-
 def gpu_settings(say=print, rehearse: bool = False) -> dict[str, dict[str, str]]:
     """NCCL with one engine per GPU, and 4 engines sharing GPU 0 on gloo, to run one after the
-    other; each engine and the kernel get their share of the cores. Exits if there is no GPU.
+    other; each engine (DPLAB_THREADS) and the kernel (OMP_NUM_THREADS, which torch reads as it
+    starts) get their share of the cores. Exits if there is no GPU.
     rehearse: the same two settings on the CPU, gloo (1 engine, then 4), to try the run anywhere."""
     import torch
 
-    if rehearse:
-        cores = os.cpu_count() or 1
-        say(f"rehearsal on the CPU: torch {torch.__version__}, {cores} cores, gloo for both settings")
-        return {"rehearsal of nccl, 1 GPU(s)": bound_threads(
-                    {"DPLAB_ENGINES": "1", "DPLAB_BACKEND": "gloo", "DPLAB_DEVICE": "cpu"}, 1, cores),
-                f"rehearsal of {SHARED_GPU}": bound_threads(
-                    {"DPLAB_ENGINES": str(SHARED_GPU_ENGINES), "DPLAB_BACKEND": "gloo", "DPLAB_DEVICE": "cpu"},
-                    SHARED_GPU_ENGINES, cores)}
-    n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    gpus = nvidia_gpus()
-    problem = gpu_problem(torch.__version__, torch.version.cuda, n_gpus, gpus)
-    if problem:
-        sys.exit(problem)
-    say(f"torch {torch.__version__}, CUDA {torch.version.cuda}; {n_gpus} GPU(s) visible: "
-        f"{torch.cuda.get_device_name(0)}; driver {gpus[0]['driver_version'] if gpus else 'unknown'}, "
-        f"compute mode {gpus[0]['compute_mode'] if gpus else 'unknown'}")
     cores = os.cpu_count() or 1
-    settings = {
-        f"nccl, {n_gpus} GPU(s)": bound_threads(
-            {"DPLAB_ENGINES": str(n_gpus), "DPLAB_BACKEND": "nccl", "DPLAB_DEVICE": "cuda"}, n_gpus, cores),
-        SHARED_GPU: bound_threads({
-            "DPLAB_ENGINES": str(SHARED_GPU_ENGINES), "DPLAB_BACKEND": "gloo", "DPLAB_DEVICE": "cuda",
-            "CUDA_VISIBLE_DEVICES": "0",
-        }, SHARED_GPU_ENGINES, cores),
-    }
-    if gpus and gpus[0]["compute_mode"].lower().startswith("exclusive"):
+    if rehearse:
+        say(f"rehearsal on the CPU: torch {torch.__version__}, {cores} cores, gloo for both settings")
+        prefix, n_gpus, first, device, shared = "rehearsal of ", 1, "gloo", "cpu", {}
+    else:
+        n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        gpus = nvidia_gpus()
+        problem = gpu_problem(torch.__version__, torch.version.cuda, n_gpus, gpus)
+        if problem:
+            sys.exit(problem)
+        say(f"torch {torch.__version__}, CUDA {torch.version.cuda}; {n_gpus} GPU(s) visible: "
+            f"{torch.cuda.get_device_name(0)}; driver {gpus[0]['driver_version'] if gpus else 'unknown'}, "
+            f"compute mode {gpus[0]['compute_mode'] if gpus else 'unknown'}")
+        prefix, first, device, shared = "", "nccl", "cuda", {"CUDA_VISIBLE_DEVICES": "0"}
+    # name: (engines, what the setting sets beyond them)
+    plan = {f"{prefix}nccl, {n_gpus} GPU(s)": (n_gpus, {"DPLAB_BACKEND": first}),
+            f"{prefix}{SHARED_GPU}": (SHARED_GPU_ENGINES, {"DPLAB_BACKEND": "gloo", **shared})}
+    if not rehearse and gpus and gpus[0]["compute_mode"].lower().startswith("exclusive"):
         # One process per GPU: ranks cannot share GPU 0. `nvidia-smi -c DEFAULT` (as root) allows it.
         say(f"GPU 0 is in compute mode {gpus[0]['compute_mode']}: one process per GPU, so the setting "
             f"'{SHARED_GPU}' is left out; set the Default mode (nvidia-smi -i 0 -c DEFAULT, as root) to run it")
-        del settings[SHARED_GPU]
-    for name, engines in ((name, n_gpus if name.startswith("nccl") else SHARED_GPU_ENGINES)
-                          for name in settings):
+        del plan[SHARED_GPU]
+    settings = {}
+    for name, (engines, env) in plan.items():
         engine, kernel = thread_split(engines, cores)
         say(f"[{name}]: {engine} torch thread(s) per engine, {kernel} for the kernel, on {cores} cores")
+        settings[name] = {"DPLAB_ENGINES": str(engines), "DPLAB_DEVICE": device, **env,
+                          "DPLAB_THREADS": str(engine), "OMP_NUM_THREADS": str(kernel)}
     return settings
 
 
