@@ -67,18 +67,23 @@ test-labs-other-cpu: setup
 
 # Every lab, every cell, with its asserts and the nbval comparison of its stored outputs, on another
 # release of torch (PyPI's build, installed once into .torch/X.Y.Z/ beside the venv and put first on
-# PYTHONPATH for the kernels and their engines). ON=other-cpu runs it as test-labs-other-cpu does.
+# PYTHONPATH for the kernels and their engines). ON=other-cpu runs it as test-labs-other-cpu does;
+# ON=two-learners beside a second learner who runs every timing lab at the same time, on the same
+# torch, as make test-load's "two" does (tools/second_learner.py; both must pass).
 # RECORD=1 puts the verdict in benchmarks/results/test_torch.txt, which the intro page shows.
 # A TORCH that is not a supported release stops before anything is installed.
 TORCH ?=
 ON ?= this-cpu
+TORCH_ON := this-cpu other-cpu two-learners
 test-torch: venv
 	@[ -n "$(TORCH)" ] || { echo "make test-torch: name a release, make test-torch TORCH=2.8.0" >&2; exit 2; }
-	@case "$(ON)" in this-cpu|other-cpu) ;; *) echo "make test-torch: ON=$(ON)? Use ON=this-cpu or ON=other-cpu" >&2; exit 2;; esac
+	@[ -n "$(filter $(ON),$(TORCH_ON))" ] && [ "$(words $(ON))" = 1 ] || { echo "make test-torch: ON=$(ON)?" \
+		"Use one of ON=$(subst $() , ON=,$(TORCH_ON))" >&2; exit 2; }
 	$(BIN)/python tools/torch_release.py $(TORCH)
 	mkdir -p _build
 	set -o pipefail; $(UNSET_DPLAB) PYTHONPATH=$(CURDIR)/.torch/$(TORCH) DPLAB_DEVICE=cpu \
-		$(if $(filter other-cpu,$(ON)),$(OTHER_CPU) $(BIN)/python tools/busy_core.py) $(NBVAL) labs \
+		$(if $(filter other-cpu,$(ON)),$(OTHER_CPU) $(BIN)/python tools/busy_core.py) \
+		$(if $(filter two-learners,$(ON)),$(BIN)/python tools/second_learner.py) $(NBVAL) labs \
 		| tee _build/test-torch-$(TORCH)-$(ON).log; rc=$$?; \
 		[ -z "$(RECORD)" ] || $(BIN)/python tools/torch_release.py --record $(TORCH) $(ON) _build/test-torch-$(TORCH)-$(ON).log; \
 		exit $$rc

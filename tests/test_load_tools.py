@@ -77,3 +77,54 @@ def test_load_labs_killed_with_sigkill_leaves_no_learner_kernel_or_child(tmp_pat
     assert wait_until_gone(started, timeout=20) == set(), "a learner's process outlived make test-load"
     assert running(["sleep", "302"]) == []
     assert wait_until_gone(descendants() - before, timeout=5) == set()
+
+
+def notebook(path: Path, source: str) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source)]
+    path.parent.mkdir(exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def second_learner(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(TOOLS / "second_learner.py"), *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_second_learner_refuses_what_is_not_a_command_or_a_notebook_before_starting_anything(tmp_path):
+    before = descendants()
+    out = second_learner("no-such-command-xyz")
+    assert out.returncode != 0 and "is not a command" in out.stderr
+    out = second_learner("--lab", str(tmp_path / "missing.ipynb"), "true")
+    assert out.returncode != 0 and "no such notebook" in out.stderr
+    assert descendants() - before == set()
+
+
+def test_second_learner_fails_when_the_command_or_the_learner_fails(tmp_path):
+    good = notebook(tmp_path / "labs" / "good.ipynb", "print('fine')")
+    bad = notebook(tmp_path / "labs" / "bad.ipynb", "assert 1 + 1 == 3, 'a broken lab'")
+    before = descendants()
+    out = second_learner("--lab", str(good), "true")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "second learner: good.ipynb: ok" in out.stdout and "second learner: 1 passed, 0 failed" in out.stdout
+    out = second_learner("--lab", str(good), "false")
+    assert out.returncode != 0 and "the command ended (exit 1)" in out.stdout
+    out = second_learner("--lab", str(good), "--lab", str(bad), "true")
+    assert out.returncode == 1 and "second learner: 1 passed, 1 failed (bad.ipynb)" in out.stdout, out.stdout
+    assert wait_until_gone(descendants() - before, timeout=10) == set()
+
+
+def test_second_learner_killed_with_sigkill_leaves_neither_the_command_nor_the_learner(tmp_path):
+    lab = notebook(tmp_path / "labs" / "sleepy.ipynb",
+                   "import subprocess, time\nchild = subprocess.Popen(['sleep', '303'])\ntime.sleep(600)")
+    before = descendants()
+    proc = subprocess.Popen([sys.executable, str(TOOLS / "second_learner.py"), "--lab", str(lab),
+                             "sleep", "304"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: running(["sleep", "303"]) and running(["sleep", "304"]))
+    started = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert wait_until_gone(started, timeout=20) == set(), "the command or the learner outlived second_learner.py"
+    assert running(["sleep", "303"]) == [] and running(["sleep", "304"]) == []
+    assert wait_until_gone(descendants() - before, timeout=5) == set()

@@ -40,7 +40,8 @@ def test_make_refuses_before_installing_anything(value, tmp_path):
 
 
 def test_the_nbval_pass_puts_that_torch_first_on_pythonpath(tmp_path):
-    for on, other in (("this-cpu", False), ("other-cpu", True)):
+    for on, other, beside in (("this-cpu", False, False), ("other-cpu", True, False),
+                              ("two-learners", False, True)):
         out = subprocess.run(["make", "-n", "test-torch", "TORCH=2.8.0", f"ON={on}",
                               f"VENV={tmp_path / 'fresh-venv'}"], cwd=ROOT, capture_output=True,
                              text=True, timeout=60)
@@ -48,6 +49,7 @@ def test_the_nbval_pass_puts_that_torch_first_on_pythonpath(tmp_path):
         nbval = out.stdout[out.stdout.index("PYTHONPATH="):]
         assert f"PYTHONPATH={ROOT}/.torch/2.8.0" in nbval and "DPLAB_DEVICE=cpu" in nbval
         assert ("ATEN_CPU_CAPABILITY=default" in nbval and "busy_core.py" in nbval) == other
+        assert ("second_learner.py" in nbval) == beside
 
 
 def test_the_readme_states_the_supported_range():
@@ -58,3 +60,20 @@ def test_the_readme_states_the_supported_range():
     assert f"The labs support torch {low} to {newest}" in readme and f"`{SUPPORTED}`" in readme
     ci = (ROOT / ".ci" / "run").read_text()
     assert "supported_range()" in ci, ".ci/run must take the lowest and newest from dplab.compat"
+
+
+def test_the_recorded_verdict_is_nbvals_and_the_second_learners(tmp_path, monkeypatch):
+    log = tmp_path / "log"
+    log.write_text("second learner: 04_ddp.ipynb: ok (40 s)\n"
+                   "=================== 293 passed in 310.44s (0:05:10) ===================\n"
+                   "second learner: the command ended (ok); waiting\n"
+                   "second learner: 7 passed, 1 failed (07_sharding.ipynb)\n")
+    monkeypatch.setattr(torch_release, "RESULTS", tmp_path / "test_torch.txt")
+    monkeypatch.setattr(torch_release, "ROOT", tmp_path)
+    torch_release.record("2.15.0", "two-learners", log)
+    m = torch_release.RESULT_LINE.match((tmp_path / "test_torch.txt").read_text().splitlines()[0])
+    assert m["verdict"] == ("293 passed in 310.44s (0:05:10); "
+                            "second learner: 7 passed, 1 failed (07_sharding.ipynb)"), m["verdict"]
+    log.write_text("1 failed, 292 passed in 300.00s\n")
+    torch_release.record("2.8.0", "other-cpu", log)
+    assert "torch 2.8.0 on other-cpu: 1 failed, 292 passed in 300.00s |" in (tmp_path / "test_torch.txt").read_text()

@@ -79,25 +79,39 @@ def run_learner(labs: list[Path], env: dict[str, str]) -> None:
             print(json.dumps({"lab": lab.name, "result": result, "bands": kept}), flush=True)
 
 
+def start_learner(labs: list[Path], env: dict[str, str]) -> subprocess.Popen:
+    """One learner, in a session of its own; its stdout gives a JSON line per lab."""
+    return subprocess.Popen([sys.executable, __file__, "--learner", json.dumps(env), *map(str, labs)],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def learner_rows(proc: subprocess.Popen, labs: list[Path], timeout: float) -> list[dict]:
+    """Wait up to `timeout` s for a learner, then kill what is left of it; one row per lab, a lab
+    it did not finish with a failure that says so."""
+    try:
+        out, _ = proc.communicate(timeout=max(1.0, timeout))
+    except subprocess.TimeoutExpired:
+        run_labs.kill_tree(proc.pid)
+        out, _ = proc.communicate()
+    return with_unfinished([json.loads(line) for line in out.splitlines() if line.startswith("{")], labs)
+
+
+def with_unfinished(done: list[dict], labs: list[Path]) -> list[dict]:
+    """The rows of the labs a learner finished, then a failing row for each lab it did not."""
+    ran = {row["lab"] for row in done}
+    return done + [{"lab": lab.name, "result": f"FAIL: not finished within {CONDITION_TIMEOUT_S} s",
+                    "bands": {}} for lab in labs if lab.name not in ran]
+
+
 def run_condition(name: str, labs: list[Path]) -> list[dict]:
     """Every lab under one condition; one {lab, result, bands} per lab and learner."""
     learners, busy = CONDITIONS[name]
     burner = busy_core.start() if busy else None
-    procs = [subprocess.Popen([sys.executable, __file__, "--learner", json.dumps(env), *map(str, labs)],
-                              stdout=subprocess.PIPE, text=True, start_new_session=True)
-             for env in learners]
+    procs = [start_learner(labs, env) for env in learners]
     rows, t0 = [], time.monotonic()
     try:
         for i, proc in enumerate(procs):
-            try:
-                out, _ = proc.communicate(timeout=max(1.0, CONDITION_TIMEOUT_S - (time.monotonic() - t0)))
-            except subprocess.TimeoutExpired:
-                run_labs.kill_tree(proc.pid)
-                out, _ = proc.communicate()
-            done = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-            ran = {row["lab"] for row in done}
-            done += [{"lab": lab.name, "result": f"FAIL: not finished within {CONDITION_TIMEOUT_S} s",
-                      "bands": {}} for lab in labs if lab.name not in ran]
+            done = learner_rows(proc, labs, CONDITION_TIMEOUT_S - (time.monotonic() - t0))
             for row in done:
                 row["learner"] = i
                 print(f"{row['lab']} [{name}{'' if len(procs) == 1 else f', learner {i + 1}'}]: "
@@ -133,6 +147,14 @@ def table(labs: list[Path], results: dict[str, list[dict]]) -> list[list[str]]:
     return out
 
 
+def print_table(rows: list[list[str]]) -> None:
+    widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
+    for k, row in enumerate(rows):
+        print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
+        if k == 0:
+            print("-+-".join("-" * w for w in widths))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("labs", nargs="*", type=Path, help="notebooks (default: every lab that calls in_band)")
@@ -160,13 +182,8 @@ def main() -> int:
         t0 = time.monotonic()
         results[name] = run_condition(name, labs)
         print(f"condition {name}: {time.monotonic() - t0:.0f} s", flush=True)
-    rows = table(labs, results)
-    widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
     print()
-    for k, row in enumerate(rows):
-        print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
-        if k == 0:
-            print("-+-".join("-" * w for w in widths))
+    print_table(table(labs, results))
     verdicts = [r["result"] for rows in results.values() for r in rows]
     failed = sum(not v.startswith("ok") or "left running" in v for v in verdicts)
     print(f"\n{len(verdicts) - failed} passed, {failed} failed")

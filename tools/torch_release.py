@@ -73,8 +73,13 @@ def record(version: str, on: str, log: Path) -> None:
 
     from dplab.timing import machine
 
-    tail = [line for line in log.read_text().splitlines() if re.search(r"\d+ (passed|failed)", line)]
+    lines = log.read_text().splitlines()
+    tail = [line for line in lines if re.search(r"\d+ (passed|failed).* in [\d.]+s", line)]
     verdict = re.sub(r"\x1b\[[0-9;]*m|=", "", tail[-1]).strip() if tail else "no verdict"
+    # ON=two-learners: the second learner's verdict too (tools/second_learner.py)
+    beside = [line for line in lines if re.match(r"second learner: \d+ passed, \d+ failed", line)]
+    if beside:
+        verdict += "; " + beside[-1]
     found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     when = f"{datetime.now(timezone.utc):%Y-%m-%d}, {machine()}, {found.stdout.strip()}"
     line = f"torch {version} on {on}: {verdict} | {when}"

@@ -1,0 +1,83 @@
+"""Run a command with a second learner on the node beside it (make test-load's "two"):
+`python tools/second_learner.py [--lab NB ...] CMD [ARG ...]`; exits non-zero when either failed.
+
+The learner runs every timing lab (or the --lab notebooks) in turn, asserts only, in copies of its own and with its own
+cluster, on the Python, torch and settings of this environment; it starts with the command.
+Its verdict on each lab is printed as it comes, then a table of its timing checks' values and
+bands. It may run on after the command ends, and is waited for (at most load_labs'
+CONDITION_TIMEOUT_S). Nothing outlives this process, even when it is killed with SIGKILL: the
+command gets SIGKILL with it (PR_SET_PDEATHSIG), and the learner stops its labs when its parent
+goes (load_labs.run_learner).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import load_labs  # noqa: E402  (scripts beside this one)
+import run_labs  # noqa: E402
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In the command's process, before exec: SIGKILL when this script's process ends."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def main(argv: list[str]) -> int:
+    labs = []
+    while argv[:1] == ["--lab"] and len(argv) > 1:  # the learner's labs, instead of every timing lab
+        labs.append(Path(argv[1]).resolve())
+        argv = argv[2:]
+    if not argv:
+        sys.exit("usage: python tools/second_learner.py [--lab NB ...] CMD [ARG ...]: the command to run "
+                 "beside a learner")
+    if shutil.which(argv[0]) is None:
+        sys.exit(f"second_learner.py: {argv[0]!r} is not a command: give the command to run and its arguments")
+    missing = [str(lab) for lab in labs if not lab.is_file()]
+    if missing:
+        sys.exit(f"second_learner.py: no such notebook: {', '.join(missing)}")
+    labs = labs or load_labs.timing_labs()
+    learner = load_labs.start_learner(labs, {})
+    rows: list[dict] = []
+
+    def report() -> None:  # each verdict as it comes; learner_rows then reads what is left
+        for line in learner.stdout:
+            if line.startswith("{"):
+                row = json.loads(line)
+                rows.append(row)
+                print(f"second learner: {row['lab']}: {row['result']}", flush=True)
+
+    reader = threading.Thread(target=report, daemon=True)
+    reader.start()
+    try:
+        rc = subprocess.run(argv, preexec_fn=die_with_parent).returncode
+        print(f"second learner: the command ended ({'ok' if rc == 0 else f'exit {rc}'}); waiting for "
+              f"the learner's labs (at most {load_labs.CONDITION_TIMEOUT_S} s in all)", flush=True)
+        learner.wait(timeout=load_labs.CONDITION_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        run_labs.kill_tree(learner.pid)
+        reader.join(timeout=10)
+    rows = load_labs.with_unfinished(rows, labs)
+    for row in rows:
+        row["learner"] = 0
+    print()
+    load_labs.print_table(load_labs.table(labs, {"second learner": rows}))
+    failed = [row["lab"] for row in rows if not row["result"].startswith("ok") or "left running" in row["result"]]
+    print(f"second learner: {len(rows) - len(failed)} passed, {len(failed)} failed"
+          + (f" ({', '.join(failed)})" if failed else ""), flush=True)
+    return rc or (1 if failed else 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
