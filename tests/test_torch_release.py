@@ -77,3 +77,12 @@ def test_the_recorded_verdict_is_nbvals_and_the_second_learners(tmp_path, monkey
     log.write_text("1 failed, 292 passed in 300.00s\n")
     torch_release.record("2.8.0", "other-cpu", log)
     assert "torch 2.8.0 on other-cpu: 1 failed, 292 passed in 300.00s |" in (tmp_path / "test_torch.txt").read_text()
+
+
+def test_the_book_build_leaves_out_the_installed_releases_and_wheels():
+    # Without it, make test-book after make test-torch read the READMEs of torch's NVIDIA
+    # libraries in .torch/ as pages, and -W failed on their headings.
+    import yaml
+
+    excluded = yaml.safe_load((ROOT / "_config.yml").read_text())["exclude_patterns"]
+    assert ".torch" in excluded and ".whl" in excluded, excluded
