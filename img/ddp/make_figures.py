@@ -43,13 +43,17 @@ RUN = [
     (r"loss\.backward\(\)  #", "loss.backward()", TOGETHER,
      "backward; all_reduce per bucket → the average gradient"),
     (r"opt\.step\(\)", "opt.step()", LOCAL, "the same update"),
+    (r"save\(epoch, done, step, total\)", "save(…), every k", RANK0,
+     "all_gather, then\nwrites the file"),
+    (r"dist\.all_reduce\(total\)", "all_reduce(total)", TOGETHER,
+     "all_reduce: the epoch's loss over all ranks' samples"),
     (r"save\(args\.epochs, ", "save(…)", RANK0, "all_gather, then\nwrites the file"),
-    (r"dist\.barrier\(\)", "dist.barrier()", TOGETHER,
-     "barrier: nobody goes on before the file is written"),
+    (r"dist\.all_reduce\(score\)", "all_reduce(score)", TOGETHER,
+     "all_reduce: (correct, count) → the exact test accuracy"),
     (r"dist\.destroy_process_group\(\)", "destroy_process_group()", LOCAL,
      "closes its\nconnections"),
 ]
-LOOPS = [("every step", 3, 5), ("every epoch", 2, 5)]  # rows of RUN each loop repeats
+LOOPS = [("every step", 3, 6), ("every epoch", 2, 7)]  # rows of RUN each loop repeats
 
 
 def script_lines(pattern: str) -> list[int]:
@@ -71,7 +75,7 @@ def run_rows() -> list[tuple[int, str, str, str]]:
 
 def ddp_run() -> plt.Figure:
     rows = run_rows()
-    fig = plt.figure(figsize=(7.0, 4.3), layout="none")
+    fig = plt.figure(figsize=(7.0, 0.48 * len(rows) + 0.7), layout="none")
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(0, 7.0)
     ax.set_ylim(len(rows) + 1.0, -0.2)
