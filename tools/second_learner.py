@@ -5,7 +5,7 @@ The learner runs every timing lab (or the --lab notebooks) in turn, asserts only
 cluster, on the Python, torch and settings of this environment; it starts with the command.
 Its verdict on each lab is printed as it comes, then a table of its timing checks' values and
 bands. It may run on after the command ends, and is waited for (at most load_labs'
-CONDITION_TIMEOUT_S). Nothing outlives this process, even when it is killed with SIGKILL: the
+CONDITION_TIMEOUT_S from the start). Nothing outlives this process, even when it is killed with SIGKILL: the
 command gets SIGKILL with it (PR_SET_PDEATHSIG), and the learner stops its labs when its parent
 goes (load_labs.run_learner).
 """
@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -56,13 +57,14 @@ def main(argv: list[str]) -> int:
                 rows.append(row)
                 print(f"second learner: {row['lab']}: {row['result']}", flush=True)
 
+    t0 = time.monotonic()
     reader = threading.Thread(target=report, daemon=True)
     reader.start()
     try:
         rc = subprocess.run(argv, preexec_fn=die_with_parent).returncode
         print(f"second learner: the command ended ({'ok' if rc == 0 else f'exit {rc}'}); waiting for "
               f"the learner's labs (at most {load_labs.CONDITION_TIMEOUT_S} s in all)", flush=True)
-        learner.wait(timeout=load_labs.CONDITION_TIMEOUT_S)
+        learner.wait(timeout=max(1.0, load_labs.CONDITION_TIMEOUT_S - (time.monotonic() - t0)))
     except subprocess.TimeoutExpired:
         pass
     finally:
