@@ -1,13 +1,13 @@
 """Run a command with a second learner on the node beside it (make test-load's "two"):
 `python tools/second_learner.py [--lab NB ...] CMD [ARG ...]`; exits non-zero when either failed.
 
-The learner runs every timing lab (or the --lab notebooks) in turn, asserts only, in copies of its own and with its own
-cluster, on the Python, torch and settings of this environment; it starts with the command.
-Its verdict on each lab is printed as it comes, then a table of its timing checks' values and
-bands. It may run on after the command ends, and is waited for (at most load_labs'
-CONDITION_TIMEOUT_S from the start). Nothing outlives this process, even when it is killed with SIGKILL: the
-command gets SIGKILL with it (PR_SET_PDEATHSIG), and the learner stops its labs when its parent
-goes (load_labs.run_learner).
+The learner runs every timing lab (or the --lab notebooks) in turn, asserts only, in copies of
+its own and with its own cluster, on the Python, torch and settings of this environment; it
+starts with the command. Its verdict on each lab is printed as it comes, then a table of its
+timing checks' values and bands. It may run on after the command ends, and is waited for (at
+most load_labs' CONDITION_TIMEOUT_S from the start). Nothing outlives this process, even when it
+is killed with SIGKILL: the command gets SIGKILL with it (PR_SET_PDEATHSIG), and the learner
+stops its labs when its parent goes (load_labs.run_learner).
 """
 from __future__ import annotations
 
