@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
     learner = load_labs.start_learner(labs, {})
     rows: list[dict] = []
 
-    def report() -> None:  # each verdict as it comes; learner_rows then reads what is left
+    def report() -> None:  # each verdict as it comes
         for line in learner.stdout:
             if line.startswith("{"):
                 row = json.loads(line)
@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
         row["learner"] = 0
     print()
     load_labs.print_table(load_labs.table(labs, {"second learner": rows}))
-    failed = [row["lab"] for row in rows if not row["result"].startswith("ok") or "left running" in row["result"]]
+    failed = [row["lab"] for row in rows if not load_labs.passed(row["result"])]
     print(f"second learner: {len(rows) - len(failed)} passed, {len(failed)} failed"
           + (f" ({', '.join(failed)})" if failed else ""), flush=True)
     return rc or (1 if failed else 0)
