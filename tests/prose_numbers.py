@@ -17,14 +17,23 @@ JupyterLab shows a {glue} role raw), or sit on the short `ALLOWED` list with its
 states no run time of its own ("About N minutes", `LAB_TIME`): a rerun a few seconds longer
 would flip its rounding. The landing page glues each lab's time from lab_times.json.
 
+Code comments (the labs' code cells and the chapters' code-cell blocks) follow the same rules, and
+two more: a numbered step ("# 1. ...") and a man page's section (sbatch(1)) are names, and a comment
+may restate a literal of its own cell ("# a 100 MB gradient" beside `100e6`), so that changing the
+code flags the comment. A measurement typed into a comment (a band's record, a broken variant's
+value) goes to benchmarks/results/ or to the test that shows it, and the comment points there.
+
 Run `python tests/prose_numbers.py [PATH ...]` to list the untreated numbers of some pages.
 """
 from __future__ import annotations
 
+import ast
+import io
 import json
 import math
 import re
 import sys
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -219,9 +228,72 @@ def typed_numbers(paths: list[Path] | None = None) -> list[Found]:
     return found
 
 
+# A literal in the code that a comment restates in a unit: 100 MB for 100e6, 1 GiB for 2**30, 5 % for 0.05.
+SCALES = (1, 1e3, 1e6, 1e9, 1e12, 2**10, 2**20, 2**30, 1e-2, 1e-3, 1e-6)
+
+
+def code_cells(path: Path) -> list[tuple[str, str]]:
+    """(where, source) of every code cell of a lab, or code-cell block of a chapter."""
+    text = path.read_text()
+    if path.suffix == ".ipynb":
+        return [(f"cell {i}", "".join(c["source"])) for i, c in enumerate(json.loads(text)["cells"])
+                if c["cell_type"] == "code"]
+    return [(f"line {text[:m.start()].count(chr(10)) + 1}", m.group(1))
+            for m in re.finditer(r"^```\{code-cell\}[^\n]*\n(.*?)^```", text, re.S | re.M)]
+
+
+def python_tokens(source: str) -> list[tokenize.TokenInfo]:
+    """The tokens of a cell, with IPython magics, shell escapes and MyST options blanked."""
+    lines = ["" if re.match(r"\s*(?:%|!|:\w+:)", line) else line for line in source.split("\n")]
+    try:
+        return list(tokenize.generate_tokens(io.StringIO("\n".join(lines)).readline))
+    except (tokenize.TokenError, SyntaxError) as error:
+        raise ValueError(f"cannot read the cell's comments: {error}") from None
+
+
+def value(number: str) -> float | None:
+    base, _, power = number.replace(",", "").partition("^")
+    try:
+        return float(base) ** float(power.replace("−", "-")) if power else float(base)
+    except ValueError:
+        return None
+
+
+def typed_comment_numbers(paths: list[Path] | None = None) -> list[Found]:
+    """Every number in the code comments of `paths` (default: every page) that is neither structural,
+    nor a step's or man section's number, nor a literal of its own cell restated."""
+    found = []
+    for path in paths or pages():
+        rel = str(path.relative_to(ROOT))
+        for where, source in code_cells(path):
+            tokens = python_tokens(source)
+            numbers = [(i, float(ast.literal_eval(t.string))) for i, t in enumerate(tokens)
+                       if t.type == tokenize.NUMBER]
+            literals = {x for _, x in numbers}
+            at = dict(numbers)
+            literals |= {at[i - 2] ** x for i, x in numbers  # 2**30
+                         if i - 2 in at and tokens[i - 1].string == "**" and abs(x) < 100}
+            for t in tokens:
+                if t.type != tokenize.COMMENT:
+                    continue
+                text = clean(t.string)
+                for m in NUMBER.finditer(text):
+                    if structural(text, m.start(), m.end()):
+                        continue
+                    if re.match(r"#\s*\d+\.\s", text) and text.index(m.group(1)) == m.start():
+                        continue  # a numbered step
+                    if re.match(r"\(\d\)", text[m.start() - 1:m.end() + 1]) and re.search(r"\w$", text[:m.start() - 1]):
+                        continue  # a man page's section: sbatch(1)
+                    v = value(m.group(1))
+                    if v is not None and any(math.isclose(v * s, lit, rel_tol=1e-9) for s in SCALES for lit in literals):
+                        continue
+                    found.append(Found(f"{rel} {where}", t.start[0], m.group(1), t.string.strip()))
+    return found
+
+
 if __name__ == "__main__":
     targets = [Path(a).resolve() for a in sys.argv[1:]] or None
-    result = typed_numbers(targets)
+    result = typed_numbers(targets) + typed_comment_numbers(targets)
     for f in result:
         print(f)
     print(f"{len(result)} typed numbers", file=sys.stderr)

@@ -100,3 +100,35 @@ def test_a_lab_states_no_run_time_of_its_own(tmp_path, said):
 
 def test_a_lab_may_point_to_the_landing_pages_time(tmp_path):
     assert scan_lab(tmp_path, "The landing page's table says how long it ran.", 60) == []
+
+
+def test_every_number_in_a_code_comment_is_structural_or_restates_its_cell():
+    found = pn.typed_comment_numbers()
+    assert found == [], ("numbers typed by hand into code comments (point to benchmarks/results/ or the "
+                         "test that measured them; see tests/prose_numbers.py):\n" + "\n".join(map(str, found)))
+
+
+def scan_comments(tmp_path: Path, code: str) -> list[str]:
+    import nbformat
+
+    lab = tmp_path / "labs" / "09_lab.ipynb"
+    lab.parent.mkdir(exist_ok=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)]), lab)
+    root, pn.ROOT = pn.ROOT, tmp_path
+    try:
+        return [f.number for f in pn.typed_comment_numbers([lab])]
+    finally:
+        pn.ROOT = root
+
+
+@pytest.mark.parametrize("code, flagged", [
+    # a measurement typed into a comment: caught
+    ("TOL = 0.15  # the ratios stayed within 0.08 of 1 in ten runs", ["0.08", "1"]),
+    ("%%px\nx = 1  # on one H200 the buckets made it 1.17 x slower", ["1.17"]),
+    # a literal of the cell restated, a step's number, a man section, a version, code: not typed
+    ("GRAD = 100e6  # bytes: a 100 MB gradient\nN = 2**30  # a 1 GiB buffer", []),
+    ("# 1. Count the ranks.\n# 2. Sum them.\nx = '# 14 in a string'", []),
+    ("# the batch step runs as task 0 (sbatch(1), OUTPUT) on torch 2.13", []),
+])
+def test_the_comment_scan_flags_typed_numbers_and_nothing_else(tmp_path, code, flagged):
+    assert scan_comments(tmp_path, code) == flagged
