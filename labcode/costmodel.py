@@ -126,8 +126,8 @@ class Fit:
 # From labs/03_allreduce_algorithms.ipynb, section "Measure", "Fit α and β".
 def fit_alpha_beta(n, t, algorithm, p):
     n, t = np.asarray(n, dtype=float), np.asarray(t, dtype=float)
-    # Least squares on t = a + b·n with every row divided by t: relative error, so 8 B
-    # weighs as much as 64 MiB.
+    # Least squares on t = a + b·n with every row divided by t: relative error, so the
+    # smallest message weighs as much as the largest.
     A = np.stack([np.ones_like(n), n], axis=1) / t[:, None]
     (a, b), *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
     rel = np.abs(a + b * n - t) / t

@@ -367,8 +367,8 @@ def check_timeline(facts, n_buckets, timed, tol, comm=None):
     # exposed time of the rank that ended backward last: the median gap within tol of
     # a step, or within Z standard errors of that median where the gaps spread wider.
     # (The other ranks wait for that one too: rank skew, which a busy core adds and the
-    # all-reduce alone, timed after a barrier, has none. Their exposed time, the
-    # slowest rank's, was off by up to 0.25 of a step with a second learner.)
+    # all-reduce alone, timed after a barrier, has none: compared with it, their exposed
+    # time, the slowest rank's, fails beside a second learner.)
     ratio = np.median(slowest_per_step(facts, "length") / np.asarray(timed))
     name = f"{n_buckets} bucket(s)"
     assert in_band(f"{name}: timeline steps / timed steps", ratio, 1 - tol, 1 + tol), \

@@ -21,7 +21,7 @@ LOW_BYTES = 2                        # a bf16 or fp16 parameter or gradient
 
 
 # From labs/07_sharding.ipynb, section "1. What every rank holds under DDP".
-ADAM_K = 12  # fp32 master weights, momentum and variance: 4 + 4 + 4 bytes
+ADAM_K = 12  # fp32 master weights, momentum and variance: 32 bits each
 
 
 # From labs/07_sharding.ipynb, section "1. What every rank holds under DDP".

@@ -179,15 +179,15 @@ NOAM_FACTOR = 0.25
 
 
 # From labs/06_transformer_ddp.ipynb, section "3. The training step: Noam, clipping, mixed precision".
-PAPER_D_MODEL = 512                 # Vaswani et al. 2017, base model: d_model (3.1),
+PAPER_D_MODEL = 512                 # Vaswani et al. 2017, base model: d_model
 
 
 # From labs/06_transformer_ddp.ipynb, section "3. The training step: Noam, clipping, mixed precision".
-PAPER_WARMUP = 4000                 # warmup_steps (Vaswani et al. 2017, 5.3),
+PAPER_WARMUP = 4000                 # (Section 3.1), warmup_steps (Section 5.3) and
 
 
 # From labs/06_transformer_ddp.ipynb, section "3. The training step: Noam, clipping, mixed precision".
-PAPER_STEPS = 100_000               # training steps (Vaswani et al. 2017, 5.2)
+PAPER_STEPS = 100_000               # training steps (Section 5.2)
 
 
 # From labs/06_transformer_ddp.ipynb, section "3. The training step: Noam, clipping, mixed precision".
