@@ -281,3 +281,152 @@ def test_a_stray_read_is_named_by_file_and_line(tmp_path):
         "labs/00_x.ipynb (cell 1):3: reads DPLAB_ENGINES",
         "chapters/x.md:6: reads DPLAB_ENGINES",
     ]
+
+
+# -- reading order: a page uses only what earlier pages wrote ------------------------------
+
+# A chapter may run the code of a lab placed after it, where the preview is deliberate: the
+# chapter's numbers then come from the code that the learner writes later. Each exception is
+# (page, the later page it uses), with its reason; the page says so in a paragraph that
+# names the lab with {ref} and the words "ahead of".
+PREVIEWS = {
+    ("chapters/allreduce_algorithms", "labs/03_allreduce_algorithms"):
+        "the chapter counts the bytes of the lab's own naive, tree and ring functions",
+    ("chapters/ddp_inside", "labs/04_ddp"):
+        "DDP's rebuilt buckets are compared with the lab's reverse_buckets",
+    ("chapters/large_batch", "labs/06_transformer_ddp"):
+        "the warm-up figure and the model's size come from the lab's transformer",
+    ("chapters/large_batch", "labs/07_sharding"):
+        "the ZeRO accounting's K, which the sharding part defines",
+    ("chapters/sharding", "labs/07_sharding"):
+        "the chapter's bytes per rank are the lab's model_state_bytes and sent_bytes",
+    ("chapters/stragglers", "labs/08_stragglers"):
+        "the chapter's straggler model is the lab's expected_step_time",
+}
+
+
+def toc_pages(root: Path = ROOT) -> list[str]:
+    """The book's pages in reading order, as _toc.yml lists them (without suffix)."""
+    import yaml
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    return [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
+
+
+def page_path(root: Path, page: str) -> Path:
+    return root / (page + (".ipynb" if page.startswith("labs/") else ".md"))
+
+
+def labcode_writers(root: Path = ROOT) -> dict[tuple[str, str], str]:
+    """(module, name) -> the page whose exported cell defines it, read from labcode/'s
+    '# From <page>' comments."""
+    writers = {}
+    for path in sorted((root / "labcode").glob("*.py")):
+        text = path.read_text()
+        page, origin = None, {}
+        for number, line in enumerate(text.split("\n"), 1):
+            m = re.match(r"# From (\S+)\.(?:ipynb|md),", line)
+            page = m.group(1) if m else page
+            origin[number] = page
+        for node in ast.parse(text).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+            else:
+                continue
+            for name in names:
+                if origin.get(node.lineno):
+                    writers.setdefault((path.stem, name), origin[node.lineno])
+    return writers
+
+
+def labcode_uses(path: Path) -> set[tuple[str, str, str]]:
+    """(module, name, where) for every labcode name a page's code uses."""
+    import prose_numbers
+
+    found = set()
+    for where, source in prose_numbers.code_cells(path):
+        if source.startswith("---\n"):  # a code cell's YAML header
+            source = source.split("\n---\n", 1)[1]
+        lines = ["" if re.match(r"\s*(?:%|!|:\w+:)", line) else line for line in source.split("\n")]
+        tree = ast.parse("\n".join(lines))
+        aliases = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("labcode"):
+                for a in node.names:
+                    if node.module == "labcode":
+                        aliases[a.asname or a.name] = a.name
+                    else:
+                        found.add((node.module.split(".")[1], a.name, where))
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("labcode."):
+                        aliases[a.asname or a.name] = a.name.split(".")[1]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in aliases:
+                found.add((aliases[node.value.id], node.attr, where))
+    return found
+
+
+def reading_order_breaks(root: Path = ROOT, previews=PREVIEWS) -> list[str]:
+    """Every use of a labcode name that a later page writes, outside `previews`; and every
+    preview whose page does not say so."""
+    order = toc_pages(root)
+    position = {page: i for i, page in enumerate(order)}
+    writers = labcode_writers(root)
+    breaks = []
+    for page in order:
+        for module, name, where in sorted(labcode_uses(page_path(root, page))):
+            writer = writers.get((module, name))
+            if writer is None:
+                breaks.append(f"{page} {where}: labcode.{module}.{name} is written by no page")
+            elif position[writer] > position[page] and (page, writer) not in previews:
+                breaks.append(f"{page} {where}: labcode.{module}.{name} comes from {writer}, "
+                              "later in _toc.yml")
+    for page, writer in previews:
+        label = "lab-" + str(int(Path(writer).name[:2]))
+        paragraphs = [" ".join(p.split()) for p in page_path(root, page).read_text().split("\n\n")]
+        if not any(f"{{ref}}`{label}`" in p and "ahead of" in p for p in paragraphs):
+            breaks.append(f"{page}: uses {writer} ahead of it, but no paragraph says so "
+                          f"(name {{ref}}`{label}` and say 'ahead of')")
+    return breaks
+
+
+def test_a_page_uses_only_labcode_that_earlier_pages_wrote():
+    breaks = reading_order_breaks()
+    assert breaks == [], "\n".join(breaks)
+
+
+def test_every_preview_is_used():
+    order, writers = toc_pages(), labcode_writers()
+    used = {(page, writers.get((m, n))) for page in order
+            for m, n, _ in labcode_uses(page_path(ROOT, page))}
+    assert set(PREVIEWS) <= used, set(PREVIEWS) - used
+
+
+def test_the_reading_order_test_catches_a_page_that_imports_from_a_later_lab(tmp_path):
+    """The broken variant: Lab 1 importing Lab 4's reverse_buckets, and a preview whose
+    page stopped saying so."""
+    import shutil
+
+    for part in ("chapters", "labs", "labcode"):
+        shutil.copytree(ROOT / part, tmp_path / part)
+    for name in ("_toc.yml", "intro.md"):
+        shutil.copy(ROOT / name, tmp_path)
+    path = page_path(tmp_path, "labs/01_single_device")
+    lab = json.loads(path.read_text())
+    lab["cells"].append({"cell_type": "code", "source": ["from labcode.overlap import reverse_buckets\n"],
+                         "metadata": {}, "outputs": [], "execution_count": None})
+    path.write_text(json.dumps(lab))
+    breaks = reading_order_breaks(tmp_path, previews={})
+    assert any(b.startswith("labs/01_single_device cell") and "reverse_buckets" in b
+               and "labs/04_ddp" in b for b in breaks), breaks
+    assert any(b.startswith("chapters/sharding ") for b in breaks), breaks
+    silent = dict(PREVIEWS)
+    silent[("chapters/collectives", "labs/02_data_parallel_by_hand")] = "a preview nobody wrote"
+    assert "chapters/collectives: uses labs/02_data_parallel_by_hand ahead of it, but no " \
+           "paragraph says so (name {ref}`lab-2` and say 'ahead of')" in reading_order_breaks(
+               tmp_path, previews=silent)
