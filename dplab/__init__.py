@@ -4,7 +4,7 @@
 it (data, models, timing, plots, hardware, traffic, localcomm) are what the book's pages use.
 """
 from .cluster.errors import BackendError, ClusterError, PortInUseError
-from .cluster.local import Cluster
+from .cluster.handle import Cluster
 from .cluster.start import start_cluster
 from .cluster.watch import RankDiedError, StuckRanksError
 

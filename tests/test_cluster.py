@@ -210,7 +210,7 @@ def test_error_inside_with_block_still_stops_everything():
 def test_failure_while_joining_the_process_group_leaves_nothing_running():
     before = descendants()
     bad = Settings(p=2, backend="nccl", device="cuda")
-    c = local.Cluster(bad)
+    c = local.Cluster(bad, local.MpiexecLauncher())
     with pytest.raises(Exception, match="GPU"):
         c.start()
     assert not c.running

@@ -15,7 +15,7 @@ import pytest
 
 import dplab
 from dplab import ClusterError
-from dplab.cluster import engine, local
+from dplab.cluster import engine, handle, local
 from dplab.cluster import network
 from dplab.cluster.jobs import run_job
 from dplab.cluster.settings import Settings
@@ -167,7 +167,7 @@ def _can_list_as(uid: int, gid: int, path: str) -> bool:
 
 def test_stack_folder_is_private_and_removed_on_stop(leaves_nothing):
     with dplab.start_cluster(2) as c:
-        folder = c._stacks
+        folder = c.stacks_folder
         assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
         assert os.stat(folder).st_uid == os.geteuid()
         if os.geteuid() == 0:  # only root can become another user to try
@@ -188,8 +188,8 @@ def test_stack_folder_is_removed_after_a_failed_start(monkeypatch, leaves_nothin
             made.append(path)
         return path
 
-    monkeypatch.setattr(local.tempfile, "mkdtemp", spy)
+    monkeypatch.setattr(handle.tempfile, "mkdtemp", spy)
     bad = Settings(p=2, backend="nccl", device="cuda")
     with pytest.raises(Exception, match="GPU"):
-        local.Cluster(bad).start()
+        handle.Cluster(bad, local.MpiexecLauncher()).start()
     assert len(made) == 1 and not os.path.exists(made[0])

@@ -62,9 +62,9 @@ def test_several_nodes_need_the_interface_before_anything_starts(fake_scontrol, 
 def test_the_local_launcher_keeps_its_engines_on_this_node_inside_a_slurm_job(monkeypatch):
     """Inside a job of several nodes, MPICH's mpiexec would start ranks on all of them (through
     srun), with its network on loopback: launcher "mpiexec" forks them here instead."""
-    cluster = local.Cluster(Settings(p=2))
-    cluster.mpiexec = "mpiexec"
+    launcher = local.MpiexecLauncher()
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    assert "-launcher" not in cluster._ipp_cluster().config.MPILauncher.get("mpi_args", [])
+    config = launcher.ipp_cluster(Settings(p=2), "mpiexec").config
+    assert "-launcher" not in config.MPILauncher.get("mpi_args", [])
     monkeypatch.setenv("SLURM_JOB_ID", "42")
-    assert cluster._ipp_cluster().config.MPILauncher.mpi_args == ["-launcher", "fork"]
+    assert launcher.ipp_cluster(Settings(p=2), "mpiexec").config.MPILauncher.mpi_args == ["-launcher", "fork"]

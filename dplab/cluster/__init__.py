@@ -2,8 +2,10 @@
 
     settings   the run settings, read once from arguments and DPLAB_*; the backend policy
     start      start_cluster: resolve the settings, hand them to the launcher they name
-    local      the local launcher (mpiexec on this machine) and the Cluster handle
-    slurm      the SLURM launcher (engines in an sbatch job), a Cluster subclass
+    handle     the Cluster handle the labs hold: life cycle, ranks, guardian, %%px
+    launcher   the Launcher interface, and the helpers the launchers share
+    local      the mpiexec launcher (engines on this machine)
+    slurm      the SLURM launchers (an sbatch job of their own; a step of the notebook's job)
     engine     the engine side: setup() joins a rank to the process group; RankInfo
     watch      ranks stuck after another failed: WatchedView, StuckRanksError
     ipp        the private ipyparallel internals the watch needs, in one place

@@ -2,7 +2,7 @@
 
 ipyparallel (pinned at 9.2.0 in requirements.txt) offers no public way to see, while a client
 waits, which engines of a task have finished, nor to end the tasks of engines we killed. The
-watch (`dplab.cluster.watch`) and the local launcher (`dplab.cluster.local`) use these functions
+watch (`dplab.cluster.watch`) and the cluster handle (`dplab.cluster.handle`) use these functions
 and nothing else of ipyparallel's private parts. `INTERNALS` lists every private name used
 here, with the function that needs it and why; `missing()` says which of them the installed
 ipyparallel lacks, and tests/test_ipp.py fails with its message after an upgrade that removes

@@ -1,6 +1,6 @@
 """The cluster's processes: find mpiexec and them, ask them to leave, reap them, remove what they leave.
 
-Used by both launchers (`dplab.cluster.local`, `dplab.cluster.slurm`), by the guardian that ends
+Used by the cluster handle (`dplab.cluster.handle`) and the launchers, by the guardian that ends
 a dead kernel's cluster (`dplab.cluster.guard`) and by MPI jobs (`dplab.cluster.jobs`).
 """
 from __future__ import annotations

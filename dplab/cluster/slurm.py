@@ -36,7 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .errors import ClusterError
-from .local import START_TIMEOUT_S, Cluster, engine_environment
+from .handle import Cluster
+from .launcher import START_TIMEOUT_S, engine_environment, ipp_cluster, wait_for_engines
 from .processes import own_cluster_processes
 from .network import interface_address, loopback_interface, mpi_environment
 from .settings import DEFAULT_NODES, Settings
@@ -151,100 +152,64 @@ def job_listed(job_id: str) -> bool:
     return bool(_command("squeue", "-h", "-j", job_id, "-o", "%i").strip())
 
 
-class SlurmCluster(Cluster):
-    """A Cluster whose engines are the ranks of `mpiexec` inside an sbatch job."""
+class SlurmLauncher:
+    """A `Launcher`: `mpiexec` starts the engines inside an sbatch job of their own."""
 
-    def __init__(self, settings: Settings, slurm: SlurmSettings, init_torch: bool = True):
-        super().__init__(settings, init_torch=init_torch)
+    silent_after_s = HEARTBEAT_MS / 1000 * (HEARTBEAT_MISSES + 1)
+
+    def __init__(self, slurm: SlurmSettings):
         self.slurm = slurm
         self.job_id: str | None = None
-        self._folder: str | None = None  # the batch script and the job's output
+        self.folder: str | None = None  # the batch script and the job's output
 
-    def _ipp_cluster(self):
+    def ipp_cluster(self, settings: Settings, mpiexec: str):
         """ipyparallel's SLURM engine launcher, with a batch script that runs mpiexec."""
-        import ipyparallel
         from traitlets.config import Config
 
-        s = self.settings
-        self._folder = tempfile.mkdtemp(prefix="dplab-slurm-")
+        s = settings
+        self.folder = tempfile.mkdtemp(prefix="dplab-slurm-")
         cfg = Config()
         launcher = cfg.SlurmEngineSetLauncher
         launcher.batch_template = BATCH_TEMPLATE
-        launcher.batch_file_name = os.path.join(self._folder, "engines.sbatch")
-        launcher.output_file = os.path.join(self._folder, "engines.out")
+        launcher.batch_file_name = os.path.join(self.folder, "engines.sbatch")
+        launcher.output_file = os.path.join(self.folder, "engines.out")
         # MPICH listens on the interface the nodes share (loopback when there is one node).
         iface = s.iface or loopback_interface()
         launcher.environment = {**mpi_environment(iface), **engine_environment(s.p, s.threads)}
         # A job that already ended (the engines exited) is not an error to stop.
         launcher.delete_command = ["sh", "-c", 'scancel "$0" 2>/dev/null || true']
         launcher.namespace = {
-            "nodes": self.slurm.nodes, "mpiexec": self.mpiexec,
+            "nodes": self.slurm.nodes, "mpiexec": mpiexec,
             "partition_line": f"#SBATCH --partition={self.slurm.partition}",
         }
         # The engines on other nodes connect back to the controller on the interface they share.
-        where = {"controller_ip": interface_address(s.iface)} if s.iface else {}
-        return ipyparallel.Cluster(engines="slurm", n=s.p, log_level=40, controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}",
-                                           f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"],
-                           config=cfg, shutdown_atexit=False, **where)
+        return ipp_cluster("slurm", s.p, cfg, heartbeat=(HEARTBEAT_MS, HEARTBEAT_MISSES),
+                           controller_ip=interface_address(s.iface) if s.iface else None)
 
-    def _job_name(self) -> str:
-        return JOB_NAME.format(cluster_id=self.cluster_id)
+    def job_name(self, cluster_id: str) -> str:
+        return JOB_NAME.format(cluster_id=cluster_id)
 
-    silent_after_s = HEARTBEAT_MS / 1000 * (HEARTBEAT_MISSES + 1)
+    def unreachable_nodes(self, hosts: list[str]) -> list[str] | None:
+        return unreachable_nodes(hosts)
 
-    def unreachable_nodes(self) -> list[str] | None:
-        """The ranks' nodes whose slurmd does not accept a TCP connection now: the node is down,
-        or its link to this machine is (srun reaches slurmd the same way). None if SLURM cannot say."""
-        nodes = sorted({info.host for info in self.ranks})
-        try:
-            port = int(re.search(r"SlurmdPort\s*=\s*(\d+)", _command("scontrol", "show", "config")).group(1))
-            addrs = {}
-            for node in nodes:
-                shown = _command("scontrol", "show", "node", node)
-                addrs[node] = re.search(r"NodeAddr=(\S+)", shown).group(1)
-                if m := re.search(r"\bPort=(\d+)", shown):
-                    port = int(m.group(1))
-        except (ClusterError, AttributeError):
-            return None
+    def files(self) -> set[str]:
+        return {self.folder} - {None}
 
-        def answers(node: str) -> bool:
-            try:
-                socket.create_connection((addrs[node], port), timeout=PROBE_TIMEOUT_S).close()
-                return True
-            except OSError:
-                return False
-
-        with ThreadPoolExecutor(len(nodes)) as pool:
-            return [n for n, ok in zip(nodes, pool.map(answers, nodes)) if not ok]
-
-    def _files(self) -> set[str]:
-        return super()._files() | {self._folder}
-
-    def _wait_for_engines(self) -> None:
+    def wait_for_engines(self, cluster, client, settings: Settings) -> None:
         """Wait for p engines, or fail early with the job's output if the job ended first."""
-        s = self.settings
-        (launcher,) = self._cluster.engines.values()
+        p = settings.p
+        (launcher,) = cluster.engines.values()
         self.job_id = launcher.job_id
         deadline = time.monotonic() + START_TIMEOUT_S
-        while len(self.client.ids) < s.p:
+        while len(client.ids) < p:
             if time.monotonic() > deadline:
-                raise ClusterError(f"{len(self.client.ids)} of {s.p} engines connected in {START_TIMEOUT_S} s; "
+                raise ClusterError(f"{len(client.ids)} of {p} engines connected in {START_TIMEOUT_S} s; "
                                    f"job {self.job_id} is still {self._job_state()}: it was cancelled"
-                                   + self._nodes_down())
+                                   + nodes_down(self.slurm.partition))
             if not job_listed(self.job_id):
-                raise ClusterError(f"SLURM job {self.job_id} ended before its {s.p} engines connected"
-                                   f"{self._nodes_down()}; its output:\n{self._job_output()}")
+                raise ClusterError(f"SLURM job {self.job_id} ended before its {p} engines connected"
+                                   f"{nodes_down(self.slurm.partition)}; its output:\n{self._job_output()}")
             time.sleep(0.2)
-
-    def _nodes_down(self) -> str:
-        """"; nodes down or not answering: node2 (down*)" for the partition's nodes that are, else ""."""
-        try:
-            out = _command("sinfo", "-h", "-N", "-p", self.slurm.partition, "-o", "%N %t")
-        except ClusterError:
-            return ""
-        bad = [f"{node} ({state})" for node, state in (line.split() for line in out.splitlines())
-               if state.endswith("*") or state.startswith(("down", "drain", "fail"))]
-        return f"; nodes down or not answering: {', '.join(bad)}" if bad else ""
 
     def _job_state(self) -> str:
         try:
@@ -254,19 +219,18 @@ class SlurmCluster(Cluster):
 
     def _job_output(self) -> str:
         try:
-            with open(os.path.join(self._folder, "engines.out")) as f:
+            with open(os.path.join(self.folder, "engines.out")) as f:
                 return f.read()[-3000:]
         except (OSError, TypeError):
             return "(none)"
 
-    def _leave_politely(self, client) -> bool:
-        """Let healthy engines leave and exit, as a Cluster does, and wait until the job ends
-        by itself; stop() then cancels it only if it has not.
+    def after_leaving(self, asked: bool) -> None:
+        """Wait until the job ends by itself once its engines were asked to leave; the handle
+        then cancels it only if it has not.
 
         Engines killed by scancel leave MPICH's shared-memory files in every node's /dev/shm,
         where no one removes them; engines that exit call MPI_Finalize, which does.
         """
-        asked = super()._leave_politely(client)
         if asked and self.job_id is not None:
             deadline = time.monotonic() + EXIT_TIMEOUT_S
             try:
@@ -274,31 +238,62 @@ class SlurmCluster(Cluster):
                     time.sleep(0.1)
             except ClusterError:
                 pass
-        return asked
 
-    def stop(self) -> None:
-        """Stop as a Cluster does (ipyparallel cancels the job), and make sure squeue no longer
-        lists the job."""
-        super().stop()
+    def after_stop(self, lost_nodes: list[str]) -> None:
+        """ipyparallel cancelled the job when the handle stopped it: make sure squeue no longer
+        lists it, and remove the batch script's folder."""
         job, self.job_id = self.job_id, None
         if job is not None:
             # A node that does not answer holds the job (COMPLETING) until it answers again.
-            deadline = time.monotonic() + (0 if self.lost_nodes else GONE_TIMEOUT_S)
+            deadline = time.monotonic() + (0 if lost_nodes else GONE_TIMEOUT_S)
             try:
                 while job_listed(job) and time.monotonic() < deadline:
                     subprocess.run(["scancel", job], capture_output=True, timeout=COMMAND_TIMEOUT_S)
                     time.sleep(0.2)
             except (ClusterError, subprocess.TimeoutExpired):
                 pass
-        if self._folder:
-            shutil.rmtree(self._folder, ignore_errors=True)
-            self._folder = None
+        if self.folder:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
 
-    def __repr__(self) -> str:
-        s = self.settings
-        state = "running" if self.running else "stopped"
-        return (f"<Cluster {state}: {s.p} MPI engines on {self.slurm.nodes} SLURM nodes, "
-                f"backend={s.backend}, device={s.device}>")
+    def describe(self, settings: Settings) -> str:
+        return f"{settings.p} MPI engines on {self.slurm.nodes} SLURM nodes"
+
+
+def unreachable_nodes(nodes: list[str]) -> list[str] | None:
+    """The nodes whose slurmd does not accept a TCP connection now: the node is down, or its
+    link to this machine is (srun reaches slurmd the same way). None if SLURM cannot say."""
+    try:
+        port = int(re.search(r"SlurmdPort\s*=\s*(\d+)", _command("scontrol", "show", "config")).group(1))
+        addrs = {}
+        for node in nodes:
+            shown = _command("scontrol", "show", "node", node)
+            addrs[node] = re.search(r"NodeAddr=(\S+)", shown).group(1)
+            if m := re.search(r"\bPort=(\d+)", shown):
+                port = int(m.group(1))
+    except (ClusterError, AttributeError):
+        return None
+
+    def answers(node: str) -> bool:
+        try:
+            socket.create_connection((addrs[node], port), timeout=PROBE_TIMEOUT_S).close()
+            return True
+        except OSError:
+            return False
+
+    with ThreadPoolExecutor(len(nodes)) as pool:
+        return [n for n, ok in zip(nodes, pool.map(answers, nodes)) if not ok]
+
+
+def nodes_down(partition: str) -> str:
+    """"; nodes down or not answering: node2 (down*)" for the partition's nodes that are, else ""."""
+    try:
+        out = _command("sinfo", "-h", "-N", "-p", partition, "-o", "%N %t")
+    except ClusterError:
+        return ""
+    bad = [f"{node} ({state})" for node, state in (line.split() for line in out.splitlines())
+           if state.endswith("*") or state.startswith(("down", "drain", "fail"))]
+    return f"; nodes down or not answering: {', '.join(bad)}" if bad else ""
 
 
 NO_ALLOCATION = (
@@ -347,59 +342,62 @@ def resolve_allocation(settings: Settings, env: dict[str, str] | None = None) ->
     return SlurmSettings(n, env.get("SLURM_JOB_PARTITION", ""), cpus), held[:n]
 
 
-class AllocationCluster(SlurmCluster):
-    """A Cluster whose engines are the ranks of `mpiexec`, one job step of this notebook's own job."""
+class AllocationLauncher:
+    """A `Launcher`: `mpiexec` starts the engines as one job step of this notebook's own job."""
 
-    def __init__(self, settings: Settings, slurm: SlurmSettings, hosts: list[str], init_torch: bool = True):
-        super().__init__(settings, slurm, init_torch=init_torch)
-        self.hosts = hosts  # job_id stays None: the job is the notebook's, and stop() must not cancel it
+    silent_after_s = HEARTBEAT_MS / 1000 * (HEARTBEAT_MISSES + 1)
 
-    def _ipp_cluster(self):
+    def __init__(self, slurm: SlurmSettings, hosts: list[str]):
+        self.slurm = slurm
+        self.hosts = hosts
+        self.mpiexec: list = []  # its process, once the engines are up
+
+    def ipp_cluster(self, settings: Settings, mpiexec: str):
         """ipyparallel's MPI launcher, with mpiexec told which nodes of the job to use, and how many ranks each."""
-        import ipyparallel
         from traitlets.config import Config
 
-        s = self.settings
+        s = settings
         cfg = Config()
-        cfg.MPILauncher.mpi_cmd = [self.mpiexec]
+        cfg.MPILauncher.mpi_cmd = [mpiexec]
         counts = ranks_per_node(s.p, len(self.hosts))
         cfg.MPILauncher.mpi_args = ["-launcher", "slurm",
                                     "-hosts", ",".join(f"{h}:{c}" for h, c in zip(self.hosts, counts))]
-        iface = s.iface if len(self.hosts) > 1 else loopback_interface()
+        several = len(self.hosts) > 1
+        iface = s.iface if several else loopback_interface()
         cfg.MPILauncher.environment = {**mpi_environment(iface), **engine_environment(max(counts), s.threads)}
-        where = {"controller_ip": interface_address(s.iface)} if len(self.hosts) > 1 else {}
-        return ipyparallel.Cluster(
-            engines="mpi", n=s.p, log_level=40, config=cfg, shutdown_atexit=False,
-            controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}",
-                             f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"], **where)
+        return ipp_cluster("mpi", s.p, cfg, heartbeat=(HEARTBEAT_MS, HEARTBEAT_MISSES),
+                           controller_ip=interface_address(s.iface) if several else None)
 
-    def _job_name(self) -> str | None:
+    def job_name(self, cluster_id: str) -> None:
         return None  # the guardian kills srun with the rest, and SLURM then ends the step everywhere
 
-    def _wait_for_engines(self) -> None:
-        Cluster._wait_for_engines(self)
-        self._mpiexec = [p for p in own_cluster_processes(self.cluster_id) if p.name().startswith("mpiexec")]
+    def wait_for_engines(self, cluster, client, settings: Settings) -> None:
+        wait_for_engines(client, settings.p)
+        self.mpiexec = [p for p in own_cluster_processes(cluster.cluster_id) if p.name().startswith("mpiexec")]
 
-    def _leave_politely(self, client) -> bool:
-        """Let healthy engines leave and exit, and wait until mpiexec ends by itself: engines that
-        exit call MPI_Finalize, which removes MPICH's shared-memory files on every node; killed
-        ones leave them behind."""
+    def after_leaving(self, asked: bool) -> None:
+        """Wait until mpiexec ends by itself: engines that exit call MPI_Finalize, which removes
+        MPICH's shared-memory files on every node; killed ones leave them behind."""
         import psutil
 
-        asked = Cluster._leave_politely(self, client)
         if asked:
-            psutil.wait_procs(getattr(self, "_mpiexec", []), timeout=EXIT_TIMEOUT_S)
-        return asked
+            psutil.wait_procs(self.mpiexec, timeout=EXIT_TIMEOUT_S)
 
-    def __repr__(self) -> str:
-        s = self.settings
-        state = "running" if self.running else "stopped"
+    def after_stop(self, lost_nodes: list[str]) -> None:
+        self.mpiexec = []  # the job is the notebook's: nothing to cancel
+
+    def files(self) -> set[str]:
+        return set()
+
+    def unreachable_nodes(self, hosts: list[str]) -> list[str] | None:
+        return unreachable_nodes(hosts)
+
+    def describe(self, settings: Settings) -> str:
         nodes = f"{len(self.hosts)} node{'s' if len(self.hosts) > 1 else ''}"
-        return (f"<Cluster {state}: {s.p} MPI engines on {nodes} of this SLURM job, "
-                f"backend={s.backend}, device={s.device}>")
+        return f"{settings.p} MPI engines on {nodes} of this SLURM job"
 
 
-def start_in_allocation(settings: Settings, init_torch: bool = True) -> AllocationCluster:
+def start_in_allocation(settings: Settings, init_torch: bool = True) -> Cluster:
     """dplab.start_cluster(launcher="allocation"): check everything, then start the engines as a
     step of the SLURM job this notebook runs in."""
     slurm, hosts = resolve_allocation(settings)
@@ -407,10 +405,10 @@ def start_in_allocation(settings: Settings, init_torch: bool = True) -> Allocati
         raise ClusterError(
             f"engines on {slurm.nodes} nodes need the network interface the nodes share: set DPLAB_IFACE "
             "(or iface=) to it; the hub's policy sets it for a server of several nodes")
-    return AllocationCluster(settings, slurm, hosts, init_torch=init_torch)._start_alone()
+    return Cluster(settings, AllocationLauncher(slurm, hosts), init_torch=init_torch)._start_alone()
 
 
-def start(settings: Settings, init_torch: bool = True) -> SlurmCluster:
+def start(settings: Settings, init_torch: bool = True) -> Cluster:
     """dplab.start_cluster(launcher="slurm"): check everything, then submit the engines' job.
 
     A port in the settings is for rank 0's node, not this one: only a port the user names is used.
@@ -421,4 +419,4 @@ def start(settings: Settings, init_torch: bool = True) -> SlurmCluster:
             f"engines on {slurm.nodes} nodes need the network interface the nodes share: set DPLAB_IFACE "
             "(or iface=) to it, for example the cluster's Ethernet or InfiniBand IP interface; the "
             "controller, MPICH, the rendezvous store and Gloo then listen there only")
-    return SlurmCluster(settings, slurm, init_torch=init_torch)._start_alone()
+    return Cluster(settings, SlurmLauncher(slurm), init_torch=init_torch)._start_alone()

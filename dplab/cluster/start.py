@@ -7,7 +7,7 @@ from importlib import metadata
 from ..compat import check_supported, supported_range
 from . import local, slurm
 from .errors import ClusterError
-from .local import Cluster
+from .handle import Cluster
 from .settings import LAUNCHERS, Settings, describe
 
 #: Each launcher's start(settings, init_torch) -> Cluster; its name is listed in settings.LAUNCHERS.

@@ -24,6 +24,7 @@ import linecache
 import re
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 from ipyparallel.client.asyncresult import AsyncResult
 
@@ -261,7 +262,7 @@ def how_it_died(last: str) -> str | None:
 
 def last_stacks(cluster, ranks: list[int]) -> dict[int, str]:
     """rank -> the stacks it wrote as it died (dplab.cluster.engine.dump_stacks_on_death); "" if none."""
-    folder = getattr(cluster, "_stacks", None)  # the folder Cluster gave engine.setup
+    folder = cluster.stacks_folder  # the folder the handle gave engine.setup
     found = {}
     for rank in ranks:
         try:
@@ -297,7 +298,7 @@ class WatchedResult(AsyncResult):
     """An AsyncResult whose blocking waits (get, wait, wait_interactive) stop a cluster that can
     no longer finish the task, and raise StuckRanksError, instead of waiting forever."""
 
-    _dplab_cluster = None
+    _dplab_cluster: "Watched | None" = None
     _dplab_code = None  # the cell, for execute
     _dplab_look = None  # (when to read the stacks next, CPU seconds then), once some rank is done
     _dplab_error = None  # the StuckRanksError raised while waiting; every later wait raises it again
@@ -427,7 +428,7 @@ class WatchedResult(AsyncResult):
         hosts = {info.rank: info.host for info in cluster.ranks}
         lost = cluster.unreachable_nodes() if len(set(hosts.values())) > 1 else None
         message = death_message(gone, failed, finished, where, cluster.settings, hosts, lost)
-        cluster.lost_nodes = lost or []
+        cluster.mark_lost(lost or [])
         failed.update({r: f"died ({gone[r][0]})" if gone[r][0] else "died" for r in died})
         self._stop_and_raise(RankDiedError(message, failed, where, {r: gone[r][0] for r in died}))
 
@@ -437,10 +438,32 @@ class WatchedResult(AsyncResult):
         raise error
 
 
+class Watched(Protocol):
+    """What the watch needs of the cluster it watches (`dplab.cluster.handle.Cluster` is one)."""
+
+    settings: object                 # dplab.cluster.settings.Settings: p, stuck_after, ...
+    ranks: list                      # one engine.RankInfo per rank, in rank order
+    client: object                   # the ipyparallel Client; None once stopped
+    stacks_folder: str | None        # where the ranks write the stacks they die with
+    silent_after_s: float            # how long a silent rank may stay silent
+
+    def cpu_seconds(self, ranks: list[int]) -> dict[int, float]: ...
+
+    def signal(self, ranks: list[int], sig: str) -> None: ...
+
+    def stacks(self, ranks: list[int], timeout: float = 1.5) -> dict[int, str]: ...
+
+    def unreachable_nodes(self) -> list[str] | None: ...
+
+    def mark_lost(self, nodes: list[str]) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class WatchedView(ipp.HookedView):
     """The cluster's DirectView: blocking calls watch for ranks that can never finish."""
 
-    def __init__(self, cluster, client, targets):
+    def __init__(self, cluster: Watched, client, targets):
         super().__init__(client, targets)
         self._dplab_cluster = cluster
 

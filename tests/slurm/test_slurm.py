@@ -376,7 +376,7 @@ def test_a_node_that_never_comes_up_fails_the_start_and_leaves_no_job():
     job's output it quotes, and no job is left."""
     import dplab
     from dplab import ClusterError
-    from dplab.cluster.local import START_TIMEOUT_S
+    from dplab.cluster.launcher import START_TIMEOUT_S
 
     shm = set(os.listdir("/dev/shm"))
     subprocess.run(["ip", "link", "set", link("node2"), "down"], check=True)
