@@ -192,12 +192,12 @@ bench: setup
 	$(BIN)/python benchmarks/run_all.py
 
 # Flat ring vs hierarchical all-reduce on the private 2-node cluster with its links shaped to
-# DPLAB_SLURM_RATE (default 1gbit): benchmarks/results/topology.{txt,json}, which the all-reduce
+# DPSLURM_RATE (default 1gbit): benchmarks/results/topology.{txt,json}, which the all-reduce
 # chapter shows. Needs root; installs Debian's slurm-wlm, munge and iproute2 when missing.
 bench-nodes: setup
 	@[ "$$(id -u)" = 0 ] || { echo "make bench-nodes: needs root (network namespaces, shaped links, SLURM daemons)" >&2; exit 2; }
 	tools/slurm/install.sh "make bench-nodes"
-	$(BIN)/python benchmarks/topology.py $(if $(DPLAB_SLURM_RATE),--rate $(DPLAB_SLURM_RATE))
+	$(BIN)/python benchmarks/topology.py $(if $(DPSLURM_RATE),--rate $(DPSLURM_RATE))
 
 clean:
 	rm -rf _build .pytest_cache

@@ -1,9 +1,13 @@
 """The labs' solution markers (`### BEGIN SOLUTION: hint`, `### END SOLUTION`) are for
-`make student`; the book shows each lab's code without them (dplab.solutions)."""
+`make student`; the book shows each lab's code without them (tools/solutions.py)."""
+import sys
+from pathlib import Path
+
 from docutils import nodes
 from sphinx.application import Sphinx
 
-from dplab.solutions import is_marker, strip_markers
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from solutions import is_marker, strip_markers  # noqa: E402  (authoring tooling, not the kit)
 
 
 def drop_markers(app: Sphinx, doctree: nodes.document) -> None:

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20]
-RATE = "1gbit"  # the default of --rate (make bench-nodes passes DPLAB_SLURM_RATE)
+RATE = "1gbit"  # the default of --rate (make bench-nodes passes DPSLURM_RATE)
 # The model leaves out the cost of adding and copying on the 2 cores that all four ranks
 # share, and tbf lets a burst of 256 kB through at full speed: ±30 % holds both.
 TOLERANCE = 0.30
@@ -87,7 +87,7 @@ def rank_side(repeats: int) -> None:
 
 def start_nodes(folder: Path, rate: str) -> dict[str, str]:
     """Start the private cluster with its links shaped to `rate`; its environment (env.sh)."""
-    env = {**os.environ, "DPLAB_SLURM_RATE": rate}
+    env = {**os.environ, "DPSLURM_RATE": rate}
     subprocess.run([str(ROOT / "tools" / "slurm" / "start.sh"), str(folder)], check=True, env=env, timeout=120)
     out = subprocess.run(["bash", "-c", f"source {folder}/env.sh && env -0"], capture_output=True, check=True)
     return dict(line.split("=", 1) for line in out.stdout.decode().split("\0") if "=" in line)

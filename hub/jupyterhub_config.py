@@ -1,16 +1,16 @@
 """Sample JupyterHub configuration for running the labs on one GPU node.
 
 Copy it next to your hub (or run `jupyterhub -f hub/jupyterhub_config.py`), pick the authenticator
-and spawner your site uses, and choose one of two set-ups with DPLAB_HUB_MODE in the hub's
-environment (read_settings reads DPLAB_HUB_*; edit it to change the defaults):
+and spawner your site uses, and choose one of two set-ups with DPHUB_MODE in the hub's
+environment (read_settings reads DPHUB_*; edit it to change the defaults):
 
   own     one learner per GPU. Each learner's server sees only its own GPU
           (CUDA_VISIBLE_DEVICES, by UUID), the lowest free one, so the node takes as many
           learners as it has GPUs; a GPU in MIG mode counts each MIG instance as one. NCCL needs one GPU per rank, so a learner gets 1 engine on NCCL; ask
-          for more engines (DPLAB_HUB_ENGINES) and they share the learner's GPU on Gloo.
-  shared  learners share all of the node's GPUs. Each learner gets DPLAB_HUB_ENGINES
+          for more engines (DPHUB_ENGINES) and they share the learner's GPU on Gloo.
+  shared  learners share all of the node's GPUs. Each learner gets DPHUB_ENGINES
           engines (default 4) on Gloo, spread over the GPUs (engine i on GPU i mod GPUs).
-          DPLAB_HUB_LEARNERS, the learners at once, shares the cores among all their engines.
+          DPHUB_LEARNERS, the learners at once, shares the cores among all their engines.
 
 On a node without GPUs (nvidia-smi finds none) both give CPU engines on Gloo. The backend and
 device come from the kit's one policy (dplab.cluster.settings.choose_backend: NCCL only when
@@ -20,7 +20,7 @@ every rank owns a GPU), and the threads from its rule (threads_per_rank), so the
 learner's server, its kernels and their engines. `make test-hub` loads this file, with its own
 authenticator, spawner and addresses, and runs Lab 0 through it.
 
-DPLAB_HUB_* are the hub's own settings, not the kit's: they configure this file's spawner
+DPHUB_* are the hub's own settings, not the kit's: they configure this file's spawner
 hooks, are read here only (read_settings), and never reach a learner. The kit's DPLAB_*
 settings are read in dplab/cluster/settings.py only; this file writes them into the
 spawner's environment.
@@ -79,17 +79,17 @@ def count_gpus() -> int:
 
 
 def read_settings(env: dict[str, str]) -> tuple[str, int | None, int | None]:
-    """Mode, engines per learner and learners at once (None: unset) from DPLAB_HUB_*."""
-    mode = env.get("DPLAB_HUB_MODE") or "own"
+    """Mode, engines per learner and learners at once (None: unset) from DPHUB_*."""
+    mode = env.get("DPHUB_MODE") or "own"
     if mode not in MODES:
-        raise HubPolicyError(f"DPLAB_HUB_MODE={mode!r}: use 'own' (one learner per GPU) or 'shared' (learners share the GPUs)")
+        raise HubPolicyError(f"DPHUB_MODE={mode!r}: use 'own' (one learner per GPU) or 'shared' (learners share the GPUs)")
     numbers = {}
-    for key in ("DPLAB_HUB_ENGINES", "DPLAB_HUB_LEARNERS"):
+    for key in ("DPHUB_ENGINES", "DPHUB_LEARNERS"):
         raw = env.get(key) or None
         if raw is not None and (not raw.isdigit() or int(raw) < 1):
             raise HubPolicyError(f"{key}={raw!r} is not a whole number >= 1: fix it or unset it")
         numbers[key] = None if raw is None else int(raw)
-    return mode, numbers["DPLAB_HUB_ENGINES"], numbers["DPLAB_HUB_LEARNERS"]
+    return mode, numbers["DPHUB_ENGINES"], numbers["DPHUB_LEARNERS"]
 
 
 def learner_environment(
@@ -144,7 +144,7 @@ class GpuSlots:
         if not free:
             raise HubPolicyError(
                 f"every GPU of this node ({self.gpus}) has a learner already: stop a server, "
-                "or set DPLAB_HUB_MODE=shared so that learners share the GPUs"
+                "or set DPHUB_MODE=shared so that learners share the GPUs"
             )
         self.holders[server] = free[0]
         return free[0]

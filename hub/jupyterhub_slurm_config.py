@@ -10,14 +10,14 @@ first node. The labs' engines then run inside that same job (the kit's launcher
 
 Settings, in the hub's environment (read by read_settings, here only; never seen by learners):
 
-  DPLAB_HUB_PARTITION  the partition the servers run in (default: the cluster's default)
-  DPLAB_HUB_NODES      the node counts the form offers (default "1,2")
-  DPLAB_HUB_ENGINES    engines per learner (default 4), split evenly over the job's nodes
-  DPLAB_HUB_CPUS       CPUs per node the job asks for (default: all of the partition's smallest node)
-  DPLAB_HUB_GPUS       GPUs per node (--gres=gpu:N; default 0)
-  DPLAB_HUB_IFACE      the network interface the nodes share (ib0, eth1, ...), needed for a
+  DPHUB_PARTITION  the partition the servers run in (default: the cluster's default)
+  DPHUB_NODES      the node counts the form offers (default "1,2")
+  DPHUB_ENGINES    engines per learner (default 4), split evenly over the job's nodes
+  DPHUB_CPUS       CPUs per node the job asks for (default: all of the partition's smallest node)
+  DPHUB_GPUS       GPUs per node (--gres=gpu:N; default 0)
+  DPHUB_IFACE      the network interface the nodes share (ib0, eth1, ...), needed for a
                        choice of more than one node: engines, MPI and Gloo listen there only
-  DPLAB_HUB_RUNTIME    the job's time limit, as sbatch --time takes it (default: the partition's)
+  DPHUB_RUNTIME    the job's time limit, as sbatch --time takes it (default: the partition's)
 
 Each server gets the kit's settings that job_environment computes: DPLAB_LAUNCHER=allocation,
 DPLAB_NODES, DPLAB_ENGINES, DPLAB_BACKEND and DPLAB_DEVICE from the kit's one backend policy
@@ -50,20 +50,20 @@ class HubPolicyError(ValueError):
 
 
 def read_settings(env: dict[str, str]) -> dict:
-    """The hub's DPLAB_HUB_* settings, checked (HubPolicyError says which one is wrong)."""
-    out = {"partition": env.get("DPLAB_HUB_PARTITION") or None, "iface": env.get("DPLAB_HUB_IFACE") or None,
-           "runtime": env.get("DPLAB_HUB_RUNTIME") or None}
+    """The hub's DPHUB_* settings, checked (HubPolicyError says which one is wrong)."""
+    out = {"partition": env.get("DPHUB_PARTITION") or None, "iface": env.get("DPHUB_IFACE") or None,
+           "runtime": env.get("DPHUB_RUNTIME") or None}
     for key, default in (("ENGINES", DEFAULT_ENGINES), ("CPUS", None), ("GPUS", 0)):
-        raw = env.get(f"DPLAB_HUB_{key}") or None
+        raw = env.get(f"DPHUB_{key}") or None
         if raw is not None and not (raw.isdigit() and (int(raw) >= 1 or key == "GPUS")):
-            raise HubPolicyError(f"DPLAB_HUB_{key}={raw!r} is not a whole number >= {int(key != 'GPUS')}: fix or unset it")
+            raise HubPolicyError(f"DPHUB_{key}={raw!r} is not a whole number >= {int(key != 'GPUS')}: fix or unset it")
         out[key.lower()] = default if raw is None else int(raw)
-    choices = env.get("DPLAB_HUB_NODES") or "1,2"
+    choices = env.get("DPHUB_NODES") or "1,2"
     if not re.fullmatch(r"\d+(,\d+)*", choices) or "0" in choices.split(","):
-        raise HubPolicyError(f"DPLAB_HUB_NODES={choices!r}: give node counts such as 1,2")
+        raise HubPolicyError(f"DPHUB_NODES={choices!r}: give node counts such as 1,2")
     out["node_choices"] = sorted({int(n) for n in choices.split(",")})
     if max(out["node_choices"]) > 1 and out["iface"] is None:
-        raise HubPolicyError("DPLAB_HUB_NODES offers servers of several nodes: set DPLAB_HUB_IFACE to the "
+        raise HubPolicyError("DPHUB_NODES offers servers of several nodes: set DPHUB_IFACE to the "
                              "network interface the nodes share, or offer 1 node only")
     return out
 
@@ -74,7 +74,7 @@ def check_request(nodes: int, partition: str | None, parts: dict[str, tuple[int,
     if partition is None:
         partition = next((name for name, (_, _, default) in parts.items() if default), None)
         if partition is None:
-            raise HubPolicyError("this SLURM cluster has no default partition: set DPLAB_HUB_PARTITION")
+            raise HubPolicyError("this SLURM cluster has no default partition: set DPHUB_PARTITION")
     if partition not in parts:
         raise HubPolicyError(f"unknown partition {partition!r}: this cluster has {', '.join(sorted(parts))}")
     have, cpus, _ = parts[partition]
@@ -86,7 +86,7 @@ def check_request(nodes: int, partition: str | None, parts: dict[str, tuple[int,
 def job_environment(nodes: int, engines: int, cpus: int, gpus: int = 0, iface: str | None = None) -> dict[str, str]:
     """The DPLAB_* settings of a server whose job holds `nodes` nodes of `cpus` CPUs and `gpus` GPUs each."""
     if engines < nodes:
-        raise HubPolicyError(f"{engines} engines on {nodes} nodes: at least one per node (DPLAB_HUB_ENGINES)")
+        raise HubPolicyError(f"{engines} engines on {nodes} nodes: at least one per node (DPHUB_ENGINES)")
     busiest = max(ranks_per_node(engines, nodes))
     choice = choose_backend(busiest, gpus)  # NCCL only when each of a node's ranks owns a GPU
     env = to_environment(p=engines, backend=choice.backend, device=choice.device, launcher="allocation",
@@ -197,7 +197,7 @@ class DplabSlurmSpawner(SlurmSpawner):
 
 if "get_config" in globals():  # loaded by JupyterHub (traitlets), not imported by a test
     c = get_config()  # noqa: F821
-    read_settings(dict(os.environ))  # a bad DPLAB_HUB_* stops the hub here, with its reason
+    read_settings(dict(os.environ))  # a bad DPHUB_* stops the hub here, with its reason
     c.JupyterHub.spawner_class = DplabSlurmSpawner
     # The server, its kernels and engines run the hub's Python environment (jupyterhub-singleuser,
     # batchspawner, dplab), which must sit at the same path on the compute nodes (a shared

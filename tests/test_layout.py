@@ -228,9 +228,9 @@ def code_to_scan(root: Path) -> list[tuple[str, int, str]]:
 
 
 def allowed(where: str, variable: str) -> bool:
-    """The settings module reads DPLAB_*; the hub samples read their own DPLAB_HUB_* (the hub's
-    settings, which configure its spawner and never reach the kit)."""
-    return where == SETTINGS_MODULE or (where in HUB_SAMPLES and variable.startswith("DPLAB_HUB_"))
+    """Only the settings module reads DPLAB_*. (The hub samples read their own DPHUB_*, the
+    hub's settings, which configure its spawner and never reach the kit: another prefix.)"""
+    return where == SETTINGS_MODULE
 
 
 def stray_reads(root: Path) -> list[str]:
@@ -264,11 +264,11 @@ def test_the_scan_finds_every_kind_of_read_and_no_write():
 
 def test_a_stray_read_is_named_by_file_and_line(tmp_path):
     """The broken variant: data.py reading DPLAB_MNIST itself, as it did, and a lab cell and a
-    chapter cell doing the same; the hub sample may read its own DPLAB_HUB_* but nothing else."""
+    chapter cell doing the same; the hub sample may read its own DPHUB_* but nothing else."""
     root = _package(tmp_path, {
         "dplab/data.py": "import os\n\nroot = os.environ.get('DPLAB_MNIST')\n",
         "dplab/cluster/settings.py": "import os\nos.environ.get('DPLAB_ENGINES')\n",
-        "hub/jupyterhub_config.py": "def f(env):\n    return env.get('DPLAB_HUB_MODE'), env['DPLAB_ENGINES']\n",
+        "hub/jupyterhub_config.py": "def f(env):\n    return env.get('DPHUB_MODE'), env['DPLAB_ENGINES']\n",
         "chapters/x.md": "text\n\n```{code-cell} ipython3\n:tags: [hide-input]\nimport os\n"
                          "p = os.environ['DPLAB_ENGINES']\n```\n",
         "labs/00_x.ipynb": json.dumps({"cells": [

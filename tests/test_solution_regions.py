@@ -1,14 +1,16 @@
-"""The labs' solution regions and graded checks (dplab.solutions), read without running a lab:
+"""The labs' solution regions and graded checks (tools/solutions.py), read without running a lab:
 every lab has both, each region's stub still parses, and pasting the region back gives the lab's
 code again. make test-student runs the student notebooks; this needs no nbgrader."""
 import ast
 import re
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from dplab import solutions
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import solutions  # noqa: E402  (authoring tooling: tools/, not the kit)
 
 ROOT = Path(__file__).resolve().parent.parent
 LABS = sorted((ROOT / "labs").glob("*.ipynb"))

@@ -31,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from dplab import solutions  # noqa: E402
+import solutions  # noqa: E402  (authoring tooling, beside this script)
 
 MARKER = re.compile(r"^#\|\s*export:\s*([A-Za-z_]\w*)\s*$")
 HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$", flags=re.M)

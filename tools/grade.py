@@ -3,7 +3,7 @@
     python tools/grade.py NOTEBOOK [--timeout 900] [--cell-timeout 300] [--json FILE] [--all]
     make grade NB=NOTEBOOK
 
-The checks are the cells whose nbgrader metadata says `grade: true` (dplab.solutions); each
+The checks are the cells whose nbgrader metadata says `grade: true` (tools/solutions.py); each
 scores its points when it runs without an error, as nbgrader's autograder scores code cells.
 Their code comes from the lab of the same name in labs/, so a learner who edits a check is
 graded by the lab's check (the report says so). A failed check is reported with its error and
@@ -34,7 +34,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from dplab import solutions  # noqa: E402
+import solutions  # noqa: E402  (authoring tooling, beside this script)
 
 TIMEOUT_S = 900  # the whole notebook: the slowest lab takes about a minute on a 2-core box
 CELL_TIMEOUT_S = 300

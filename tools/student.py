@@ -3,7 +3,7 @@
     python tools/student.py [--out _build/student] [labs/02_data_parallel_by_hand.ipynb ...]
     python tools/student.py --paste-back STUDENT.ipynb --out FILE   # the labs' solutions put back
 
-Each solution region (dplab.solutions) becomes a stub that raises NotImplementedError with the
+Each solution region (tools/solutions.py) becomes a stub that raises NotImplementedError with the
 region's hint, in a cell shown unfolded (the book folds it, below a "Try it first." line that
 becomes "Your turn."); the exercises' solution dropdowns are removed; outputs are cleared; check cells are kept, locked and checksummed, as
 `nbgrader generate_assignment` leaves them. The notebooks
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 
-from dplab import solutions
+import solutions  # authoring tooling, beside this script (tools/ is sys.path[0])
 
 ROOT = Path(__file__).resolve().parent.parent
 # Besides the labs, the handout keeps the book's other pages (their launch buttons open them, and

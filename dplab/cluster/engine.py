@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 
 from .errors import InterfaceError
 from .network import interface_address, listen_socket, loopback_interface
-from .settings import TIMEOUT_S, Settings, threads_per_rank, to_environment
+from .settings import TIMEOUT_S, Settings, threads_per_rank
 
 
 #: The names `Cluster` defines on every engine, from that rank's RankInfo.
@@ -146,7 +146,7 @@ def setup(settings: Settings, stacks: str | None = None) -> RankInfo:
     (None: this node's cores shared among its ranks), timeout (None: TIMEOUT_S), debug (a
     TORCH_DISTRIBUTED_DEBUG level), iface (the interface the nodes share, used only when the
     ranks span several nodes; on one node the rendezvous store, Gloo and NCCL listen on
-    loopback only), mnist (for dplab.data on this rank). stacks: a folder where this rank
+    loopback only). stacks: a folder where this rank
     writes its Python stacks on SIGUSR1 and as it dies (see `dump_stacks_on_signal` and
     `dump_stacks_on_death`).
     """
@@ -168,7 +168,6 @@ def setup(settings: Settings, stacks: str | None = None) -> RankInfo:
     if s.debug is not None:  # torch reads it when it is imported: set it, then tell torch
         os.environ["TORCH_DISTRIBUTED_DEBUG"] = s.debug
         dist.set_debug_level_from_env()
-    os.environ.update(to_environment(mnist=s.mnist))  # for dplab.data.load_mnist on this rank
     # What GPUs each rank of this node sees: ranks that see the same one cannot each own it.
     local_rank, local_size, node_gpus = _on_node(comm, visible_gpus() if s.device == "cuda" else [])
     # Ranks on one node share its cores: give each its share instead of all of them.

@@ -12,8 +12,10 @@ README's and `help(dplab.start_cluster)` are written from those fields (`describ
   inside `mpiexec`/`srun`, p is the size of the MPI world and the port is the `DPLAB_PORT`
   that `dplab.cluster.jobs.run_job` sets; outside, it checks the settings of the job this
   process is about to start.
-- `Settings.read(name)` reads one setting where no cluster is involved (`dplab.data` reads
-  `mnist` this way).
+- `Settings.read(name)` reads one setting where no cluster is involved.
+- `mnist_folder(root)` is the data's one setting, not the cluster's: `dplab.data` reads
+  `DPLAB_MNIST` with it on whichever process loads the data (the engines inherit the kernel's
+  environment, so nothing hands it to them).
 
 No other module reads a `DPLAB_*` variable (tests/test_layout.py scans the repository for
 it). The resolved object is passed whole: to the launchers, to the engines
@@ -237,8 +239,6 @@ class Settings:
         "torch threads per engine; when engines × threads exceed the cores, the engines get "
         "`OMP_WAIT_POLICY=PASSIVE` (unless you set it) so idle threads sleep instead of spinning",
         "the node's cores shared among its engines")
-    mnist: str | None = setting("DPLAB_MNIST", None, _text, "folder holding the four full-MNIST IDX files",
-                                "the offline 5,000-image subset")
     timeout: float | None = setting("DPLAB_TIMEOUT", None, _seconds(1, 24 * 3600),
                                     "seconds a collective waits before it raises (on NCCL, the watchdog's timeout)",
                                     str(TIMEOUT_S))
@@ -384,12 +384,25 @@ def variables() -> list[str]:
     return [f.metadata["env"] for f in fields(Settings)]
 
 
+MNIST_VARIABLE = "DPLAB_MNIST"
+MNIST_DOC = ("folder holding the four full-MNIST IDX files (the data's setting, read by "
+             "`dplab.data.load_mnist`, not the cluster's)", "the offline 5,000-image subset")
+
+
+def mnist_folder(root: str | None = None, env: dict[str, str] | None = None) -> str | None:
+    """Where dplab.data finds full MNIST: `root` if given, else DPLAB_MNIST, else None (the
+    offline subset)."""
+    env = os.environ if env is None else env
+    return str(root) if root else (env.get(MNIST_VARIABLE) or None)
+
+
 def describe() -> str:
     """The settings as a Markdown table: variable, argument, meaning, default."""
     rows = ["| variable | argument | meaning | default |", "|---|---|---|---|"]
     for f in fields(Settings):
         m = f.metadata
         rows.append(f"| `{m['env']}` | `{f.name}` | {m['doc']} | {m['default_doc']} |")
+    rows.append(f"| `{MNIST_VARIABLE}` | `load_mnist(root=)` | {MNIST_DOC[0]} | {MNIST_DOC[1]} |")
     return "\n".join(rows)
 
 

@@ -23,7 +23,7 @@ def hub():
     port = free_port()
     config = write_config(STATE, port, password, mark)
     log = STATE / "jupyterhub.log"
-    proc, url = start_hub(config, mark, port, log, {"DPLAB_HUB_ENGINES": str(ENGINES)})
+    proc, url = start_hub(config, mark, port, log, {"DPHUB_ENGINES": str(ENGINES)})
     try:
         own = {p.pid for p in marked_processes(mark)}  # the hub and its proxy, before any spawn
         yield types.SimpleNamespace(url=url, user=USER, password=password, mark=mark, own=own)

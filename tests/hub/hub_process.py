@@ -21,7 +21,7 @@ BIN = pathlib.Path(sys.executable).parent
 CHP = BIN.parent / "share" / "chp" / "node_modules" / ".bin" / "configurable-http-proxy"
 USER = "learner"
 ENGINES = 3  # not the labs' default 4, so the lab's engine count can only come from the spawner
-MARK = "DPLAB_HUB_TEST"  # in the environment of every process the hub starts, at any depth
+MARK = "DPHUB_TEST"  # in the environment of every process the hub starts, at any depth
 START_S, STOP_S = 60, 30
 # Lab settings for the learner: no autosave (the stored lab must not change), every cell in the
 # DOM (no virtual scrolling), no news fetched from the internet.

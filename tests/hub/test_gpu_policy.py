@@ -74,9 +74,9 @@ def test_hooks_set_each_spawners_environment_and_free_its_gpu_when_it_stops():
 
 
 @pytest.mark.parametrize("env, message", [
-    ({"DPLAB_HUB_MODE": "exclusive"}, "use 'own'"),
-    ({"DPLAB_HUB_ENGINES": "0"}, "DPLAB_HUB_ENGINES='0'"),
-    ({"DPLAB_HUB_LEARNERS": "many"}, "DPLAB_HUB_LEARNERS='many'"),
+    ({"DPHUB_MODE": "exclusive"}, "use 'own'"),
+    ({"DPHUB_ENGINES": "0"}, "DPHUB_ENGINES='0'"),
+    ({"DPHUB_LEARNERS": "many"}, "DPHUB_LEARNERS='many'"),
 ])
 def test_bad_settings_stop_the_hub_before_it_starts_with_what_to_fix(monkeypatch, env, message):
     for key, value in env.items():
@@ -87,7 +87,7 @@ def test_bad_settings_stop_the_hub_before_it_starts_with_what_to_fix(monkeypatch
 
 
 def test_jupyterhub_loading_the_file_gets_the_hooks_and_jupyterlab(monkeypatch):
-    monkeypatch.setenv("DPLAB_HUB_ENGINES", "3")
+    monkeypatch.setenv("DPHUB_ENGINES", "3")
     config = PyFileConfigLoader(CONFIG.name, str(CONFIG.parent)).load_config()
     spawner = fake_spawner("ada")
     config.Spawner.pre_spawn_hook(spawner)

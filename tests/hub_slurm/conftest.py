@@ -92,7 +92,7 @@ def write_config(port: int, password: str, mark: str, culler: str | None) -> pat
 @pytest.fixture
 def slurm_hub(learner, request):
     """A running hub: yields its url, user, password and mark. Parameters (indirect): a dict of
-    DPLAB_HUB_* values, and 'culler': the culler's --timeout=... (default: no culler)."""
+    DPHUB_* values, and 'culler': the culler's --timeout=... (default: no culler)."""
     if not CHP.exists() or not CHROMIUM.exists():
         pytest.fail("configurable-http-proxy or chromium is missing: run `make test-hub-slurm`, which installs them")
     if not IFACE or not os.environ.get("SLURM_CONF"):
@@ -102,7 +102,7 @@ def slurm_hub(learner, request):
     mark, password, port = secrets.token_hex(8), secrets.token_hex(8), free_port()
     config = write_config(port, password, mark, culler)
     log = STATE / f"jupyterhub-{request.node.name}.log".replace("[", "-").replace("]", "")
-    settings = {"DPLAB_HUB_ENGINES": str(ENGINES), "DPLAB_HUB_IFACE": IFACE, "DPLAB_HUB_NODES": "1,2", **params}
+    settings = {"DPHUB_ENGINES": str(ENGINES), "DPHUB_IFACE": IFACE, "DPHUB_NODES": "1,2", **params}
     proc, url = start_hub(config, mark, port, log, settings)
     try:
         yield types.SimpleNamespace(url=url, user=USER, password=password, mark=mark, log=log,

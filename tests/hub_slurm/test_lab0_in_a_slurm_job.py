@@ -126,8 +126,8 @@ def test_lab0_runs_in_the_learners_slurm_job_with_its_engines_on_the_jobs_nodes(
 
 
 @pytest.mark.parametrize("slurm_hub, nodes, reason", [
-    ({"DPLAB_HUB_NODES": "1,2,3"}, 3, "3 nodes asked for, but partition 'debug' has 2: choose fewer"),
-    ({"DPLAB_HUB_PARTITION": "gpu-a100"}, 1, "unknown partition 'gpu-a100': this cluster has debug"),
+    ({"DPHUB_NODES": "1,2,3"}, 3, "3 nodes asked for, but partition 'debug' has 2: choose fewer"),
+    ({"DPHUB_PARTITION": "gpu-a100"}, 1, "unknown partition 'gpu-a100': this cluster has debug"),
 ], indirect=["slurm_hub"], ids=["too-many-nodes", "unknown-partition"])
 def test_a_request_the_cluster_cannot_hold_fails_before_sbatch_and_says_why(slurm_hub, nodes, reason):
     hub = slurm_hub

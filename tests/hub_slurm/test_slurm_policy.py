@@ -41,11 +41,11 @@ def test_requests_the_cluster_cannot_hold_are_refused_with_the_reason():
 
 
 def test_the_hubs_own_settings_are_checked_when_it_starts():
-    assert policy.read_settings({"DPLAB_HUB_IFACE": "ib0"})["node_choices"] == [1, 2]
-    assert policy.read_settings({"DPLAB_HUB_NODES": "1"})["iface"] is None
-    with pytest.raises(policy.HubPolicyError, match="set DPLAB_HUB_IFACE"):
+    assert policy.read_settings({"DPHUB_IFACE": "ib0"})["node_choices"] == [1, 2]
+    assert policy.read_settings({"DPHUB_NODES": "1"})["iface"] is None
+    with pytest.raises(policy.HubPolicyError, match="set DPHUB_IFACE"):
         policy.read_settings({})  # offers 2 nodes by default
-    with pytest.raises(policy.HubPolicyError, match="DPLAB_HUB_NODES='1,,2'"):
-        policy.read_settings({"DPLAB_HUB_NODES": "1,,2", "DPLAB_HUB_IFACE": "ib0"})
-    with pytest.raises(policy.HubPolicyError, match="DPLAB_HUB_ENGINES='0' is not a whole number >= 1"):
-        policy.read_settings({"DPLAB_HUB_ENGINES": "0", "DPLAB_HUB_NODES": "1"})
+    with pytest.raises(policy.HubPolicyError, match="DPHUB_NODES='1,,2'"):
+        policy.read_settings({"DPHUB_NODES": "1,,2", "DPHUB_IFACE": "ib0"})
+    with pytest.raises(policy.HubPolicyError, match="DPHUB_ENGINES='0' is not a whole number >= 1"):
+        policy.read_settings({"DPHUB_ENGINES": "0", "DPHUB_NODES": "1"})

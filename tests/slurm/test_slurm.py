@@ -23,14 +23,14 @@ from sockets import is_loopback, listening
 
 NODES = ["node1", "node2"]
 # The interface the nodes share (DPLAB_IFACE, required across nodes): start.sh's env.sh says.
-IFACE = os.environ.get("DPLAB_SLURM_IFACE", "")
-SLURM_DIR = os.environ.get("DPLAB_SLURM_DIR", "")  # read now: conftest clears DPLAB_* for each test
+IFACE = os.environ.get("DPSLURM_IFACE", "")
+SLURM_DIR = os.environ.get("DPSLURM_DIR", "")  # read now: conftest clears DPLAB_* for each test
 LIMIT_S = 10  # issue 28: a dead kernel's cluster, job included, is gone within 10 s
 
 
 def _no_cluster_reason() -> str | None:
     """Why these tests cannot run here, or None when the private cluster answers."""
-    if not os.environ.get("SLURM_CONF") or not os.environ.get("DPLAB_SLURM_DIR"):
+    if not os.environ.get("SLURM_CONF") or not os.environ.get("DPSLURM_DIR"):
         return ("no private SLURM cluster: `make test-slurm` starts one (tools/slurm/start.sh) "
                 "and runs these tests on it")
     try:
@@ -40,14 +40,14 @@ def _no_cluster_reason() -> str | None:
     if sorted(out.split()) != NODES:
         return f"sinfo lists nodes {out.split()}, not {NODES}: this is not tools/slurm/start.sh's cluster"
     if not IFACE:
-        return "DPLAB_SLURM_IFACE is unset: source the env.sh that tools/slurm/start.sh wrote"
+        return "DPSLURM_IFACE is unset: source the env.sh that tools/slurm/start.sh wrote"
     return None
 
 
 REASON = _no_cluster_reason()
-# Under `make test-slurm` (its env.sh sets DPLAB_SLURM_DIR) a cluster that does not answer fails
+# Under `make test-slurm` (its env.sh sets DPSLURM_DIR) a cluster that does not answer fails
 # every test, rather than skip them all and pass.
-REQUIRED = bool(os.environ.get("DPLAB_SLURM_DIR"))
+REQUIRED = bool(os.environ.get("DPSLURM_DIR"))
 pytestmark = pytest.mark.skipif(REASON is not None and not REQUIRED, reason=REASON or "")
 
 

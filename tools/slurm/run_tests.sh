@@ -21,10 +21,10 @@ tools/slurm/install.sh "$who" || exit 2
 trap 'tools/slurm/stop.sh "$dir"' EXIT  # on success, failure or Ctrl-C
 tools/slurm/start.sh "$dir" || exit 1
 source "$dir/env.sh"
-# The tests start from the kit's defaults: every DPLAB_* setting of this shell is removed, but
-# env.sh's DPLAB_SLURM_* (which tell the tests where the private cluster is, and its interface).
+# The tests start from the kit's defaults: every DPLAB_* setting of this shell is removed (env.sh's
+# DPSLURM_*, which tell the tests where the private cluster is, have a prefix of their own).
 unset_dplab=()
-for v in $(compgen -e | grep '^DPLAB_' | grep -v '^DPLAB_SLURM_'); do unset_dplab+=(-u "$v"); done
+for v in $(compgen -e | grep '^DPLAB_'); do unset_dplab+=(-u "$v"); done
 env "${unset_dplab[@]}" PYTHONPATH="$PWD" \
   "$python" -m pytest -q -p no:cacheprovider -rs "$tests" "$@"
 status=$?

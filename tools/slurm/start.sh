@@ -8,11 +8,11 @@
 # logs, munge key and socket) lives in DIR. Nothing here touches eth0 or its addresses.
 #
 #   tools/slurm/start.sh [DIR]      # default DIR: _build/slurm in this clone
-#   source DIR/env.sh               # SLURM_CONF, DPLAB_SLURM_DIR, DPLAB_SLURM_IFACE, ...
+#   source DIR/env.sh               # SLURM_CONF, DPSLURM_DIR, DPSLURM_IFACE, ...
 #   tools/slurm/stop.sh [DIR]       # stops it all, whatever state it is in
 #
-# Settings (environment): DPLAB_SLURM_NODES (2), DPLAB_SLURM_SUBNET (10.77.0, a /24 this
-# host does not use), DPLAB_SLURM_RATE (unset: links at full speed; for example 1gbit or
+# Settings (environment): DPSLURM_NODES (2), DPSLURM_SUBNET (10.77.0, a /24 this
+# host does not use), DPSLURM_RATE (unset: links at full speed; for example 1gbit or
 # 100mbit: every node's link shaped with tbf at that rate, in both directions). Ranks on one
 # node talk over that node's loopback, which is never shaped: a network with two speeds.
 #
@@ -21,21 +21,21 @@
 # fails removes whatever it made.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-DIR=$(realpath -m "${1:-${DPLAB_SLURM_DIR:-$here/../../_build/slurm}}")
-N=${DPLAB_SLURM_NODES:-2}
-SUBNET=${DPLAB_SLURM_SUBNET:-10.77.0}
-RATE=${DPLAB_SLURM_RATE:-}
+DIR=$(realpath -m "${1:-${DPSLURM_DIR:-$here/../../_build/slurm}}")
+N=${DPSLURM_NODES:-2}
+SUBNET=${DPSLURM_SUBNET:-10.77.0}
+RATE=${DPSLURM_RATE:-}
 IFACE=dplab0
 CPUS=$(nproc)
 HOST=$(hostname)
 
 die() { echo "start.sh: $*" >&2; exit 1; }
 [[ $(id -u) == 0 ]] || die "needs root (network namespaces and links; slurmd runs jobs as their users)"
-[[ $N =~ ^[1-4]$ ]] || die "DPLAB_SLURM_NODES=$N: give a node count from 1 to 4"
+[[ $N =~ ^[1-4]$ ]] || die "DPSLURM_NODES=$N: give a node count from 1 to 4"
 [[ $SUBNET =~ ^(10|172\.(1[6-9]|2[0-9]|3[01])|192\.168)(\.[0-9]{1,3}){1,2}$ && $(tr -cd . <<<"$SUBNET") == .. ]] \
-  || die "DPLAB_SLURM_SUBNET=$SUBNET: give the first three numbers of a private /24, for example 10.77.0"
+  || die "DPSLURM_SUBNET=$SUBNET: give the first three numbers of a private /24, for example 10.77.0"
 if [[ -n $RATE && ! $RATE =~ ^[0-9]+(\.[0-9]+)?[kmg]?bit$ ]]; then
-  die "DPLAB_SLURM_RATE=$RATE: give a tc rate such as 1gbit or 100mbit, or unset it"
+  die "DPSLURM_RATE=$RATE: give a tc rate such as 1gbit or 100mbit, or unset it"
 fi
 for exe in munged slurmctld slurmd sinfo unshare nsenter ip tc; do
   command -v "$exe" >/dev/null || die "$exe not found: apt-get install -y slurm-wlm munge iproute2"
@@ -47,7 +47,7 @@ if ip link show "$IFACE" >/dev/null 2>&1; then
   die "this host already has an interface $IFACE: another private cluster runs (stop it with tools/slurm/stop.sh)"
 fi
 if ip -4 -o addr show | grep -q " inet $SUBNET\."; then
-  die "this host already uses $SUBNET.0/24: set DPLAB_SLURM_SUBNET to a private /24 it does not use"
+  die "this host already uses $SUBNET.0/24: set DPSLURM_SUBNET to a private /24 it does not use"
 fi
 
 NODES=()
@@ -147,8 +147,8 @@ CONF
   echo "PartitionName=debug Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=60 State=UP"
 } > "$DIR/slurm.conf"
 cat > "$DIR/env.sh" <<ENV
-export SLURM_CONF=$DIR/slurm.conf DPLAB_SLURM_DIR=$DIR DPLAB_SLURM_IFACE=$IFACE
-export DPLAB_SLURM_NODE_NAMES="${NODES[*]}" DPLAB_SLURM_RATE=$RATE
+export SLURM_CONF=$DIR/slurm.conf DPSLURM_DIR=$DIR DPSLURM_IFACE=$IFACE
+export DPSLURM_NODE_NAMES="${NODES[*]}" DPSLURM_RATE=$RATE
 # The nodes share one kernel, so UCX (MPICH's network module) would reach a rank on another
 # node through shared memory, as if it were local. TCP only, as between separate machines;
 # ranks on one node still use MPICH's own shared memory.

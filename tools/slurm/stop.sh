@@ -6,7 +6,7 @@
 # twice, or on a cluster that half started. Exits non-zero if something would not go away.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-DIR=$(realpath -m "${1:-${DPLAB_SLURM_DIR:-$here/../../_build/slurm}}")
+DIR=$(realpath -m "${1:-${DPSLURM_DIR:-$here/../../_build/slurm}}")
 [[ -d $DIR ]] || exit 0
 
 pid_in() { [[ -f $1 ]] && cat "$1" 2>/dev/null; }
