@@ -129,7 +129,7 @@ def test_engines_across_two_nodes_join_one_process_group_and_stop_with_their_job
     try:
         assert [(i.rank, i.local_rank, i.host) for i in cluster.ranks] == [
             (0, 0, "node1"), (1, 1, "node1"), (2, 0, "node2"), (3, 1, "node2")]
-        job = cluster.job_id
+        job = cluster.launcher.job_id
         assert any(line.startswith(f"{job} ") and line.endswith(" RUNNING") for line in jobs())
         cluster.view.execute("import torch, torch.distributed as dist\n"
                              "t = torch.tensor([rank + 1.0]); dist.all_reduce(t); s = t.item()")
