@@ -180,7 +180,7 @@ def test_stack_folder_is_private_and_removed_on_stop(leaves_nothing):
 
 
 def test_stack_folder_is_removed_after_a_failed_start(monkeypatch, leaves_nothing):
-    made, mkdtemp = [], local.tempfile.mkdtemp
+    made, mkdtemp = [], handle.tempfile.mkdtemp
 
     def spy(*args, **kwargs):
         path = mkdtemp(*args, **kwargs)
