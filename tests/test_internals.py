@@ -4,8 +4,8 @@ import ast
 import re
 from pathlib import Path
 
-import prose_numbers
 import torch
+from test_layout import code_to_scan
 
 from dplab import internals
 
@@ -13,21 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent
 OWN_LIST = "dplab/cluster/ipp.py"  # ipyparallel's private names: listed there (tests/test_ipp.py)
 
 
-def code(root: Path = ROOT):
-    """(where, source) of the kit, labcode, and every code cell of the labs and chapters."""
-    for path in sorted((root / "dplab").rglob("*.py")) + sorted((root / "labcode").glob("*.py")):
-        yield str(path.relative_to(root)), path.read_text()
-    for path in sorted((root / "labs").glob("*.ipynb")) + sorted((root / "chapters").glob("*.md")):
-        for where, source in prose_numbers.code_cells(path):
-            if source.startswith("---\n"):
-                source = source.split("\n---\n", 1)[1]
-            lines = ["" if re.match(r"\s*(?:%|!|:\w+:)", line) else line for line in source.split("\n")]
-            yield f"{path.relative_to(root)} {where}", "\n".join(lines)
-
-
 def private_uses(root: Path = ROOT) -> list[tuple[str, str]]:
     """(where, module or name) of every private name imported or read from outside our code."""
-    sources = [(w, ast.parse(s)) for w, s in code(root) if w != OWN_LIST]
+    sources = [(where, ast.parse(source)) for where, _, source in code_to_scan(root) if where != OWN_LIST]
     ours = {n.name for _, t in sources for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     ours |= {n.attr for _, t in sources for n in ast.walk(t) if isinstance(n, ast.Attribute)
              and isinstance(n.ctx, ast.Store) and ast.unparse(n.value) in ("self", "cls")}
@@ -87,5 +75,5 @@ def test_a_new_private_name_is_caught(tmp_path):
     (tmp_path / "labs").mkdir()
     (tmp_path / "labs" / "09_x.ipynb").write_text(json.dumps({"cells": [
         {"cell_type": "code", "source": ["import torch\n", "state = torch._C._get_tracing_state()\n"]}]}))
-    assert ("labs/09_x.ipynb cell 0", "_get_tracing_state") in private_uses(tmp_path)
+    assert ("labs/09_x.ipynb (cell 0)", "_get_tracing_state") in private_uses(tmp_path)
     assert not listed("_get_tracing_state")

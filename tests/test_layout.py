@@ -208,7 +208,7 @@ def _python(text: str) -> str:
 
 def code_to_scan(root: Path) -> list[tuple[str, int, str]]:
     """(file, first line, Python source) of the code in dplab/, labcode/, benchmarks/, tools/, hub/,
-    launch/, chapters' scripts, the labs' code cells and the chapters' code cells."""
+    launch/, chapters' scripts, the labs' code cells and the code cells of the chapters and intro.md."""
     found = []
     for folder in ("dplab", "labcode", "benchmarks", "tools", "hub", "launch", "chapters"):
         for path in sorted((root / folder).rglob("*.py")):
@@ -217,7 +217,9 @@ def code_to_scan(root: Path) -> list[tuple[str, int, str]]:
         for i, cell in enumerate(json.loads(path.read_text())["cells"]):
             if cell["cell_type"] == "code":
                 found.append((f"{path.relative_to(root)} (cell {i})", 1, _python("".join(cell["source"]))))
-    for path in sorted((root / "chapters").glob("*.md")):
+    for path in sorted((root / "chapters").glob("*.md")) + [root / "intro.md"]:
+        if not path.exists():
+            continue
         text = path.read_text()
         for m in re.finditer(r"^```\{code-cell\}[^\n]*\n(.*?)^```", text, flags=re.M | re.S):
             # the cell's options (`:key: value` lines, or a --- YAML block) become blank lines
@@ -342,16 +344,16 @@ def labcode_writers(root: Path = ROOT) -> dict[tuple[str, str], str]:
     return writers
 
 
-def labcode_uses(path: Path) -> set[tuple[str, str, str]]:
-    """(module, name, where) for every labcode name a page's code uses."""
-    import prose_numbers
-
-    found = set()
-    for where, source in prose_numbers.code_cells(path):
-        if source.startswith("---\n"):  # a code cell's YAML header
-            source = source.split("\n---\n", 1)[1]
-        lines = ["" if re.match(r"\s*(?:%|!|:\w+:)", line) else line for line in source.split("\n")]
-        tree = ast.parse("\n".join(lines))
+def labcode_uses(root: Path = ROOT) -> dict[str, set[tuple[str, str, str]]]:
+    """page -> (module, name, where) for every labcode name the page's code uses, read from
+    code_to_scan's cells of the labs and chapters."""
+    found: dict[str, set[tuple[str, str, str]]] = {}
+    for file, first, source in code_to_scan(root):
+        m = re.fullmatch(r"(\S+)\.(?:ipynb \(cell (\d+)\)|md)", file)
+        if not m:  # a module or a chapter's script: no page
+            continue
+        page, where = m.group(1), f"cell {m.group(2)}" if m.group(2) else f"line {first}"
+        tree = ast.parse(source)
         aliases = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("labcode"):
@@ -359,7 +361,7 @@ def labcode_uses(path: Path) -> set[tuple[str, str, str]]:
                     if node.module == "labcode":
                         aliases[a.asname or a.name] = a.name
                     else:
-                        found.add((node.module.split(".")[1], a.name, where))
+                        found.setdefault(page, set()).add((node.module.split(".")[1], a.name, where))
             elif isinstance(node, ast.Import):
                 for a in node.names:
                     if a.name.startswith("labcode."):
@@ -367,7 +369,7 @@ def labcode_uses(path: Path) -> set[tuple[str, str, str]]:
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
                     and node.value.id in aliases:
-                found.add((aliases[node.value.id], node.attr, where))
+                found.setdefault(page, set()).add((aliases[node.value.id], node.attr, where))
     return found
 
 
@@ -376,10 +378,10 @@ def reading_order_breaks(root: Path = ROOT, previews=PREVIEWS) -> list[str]:
     preview whose page does not say so."""
     order = toc_pages(root)
     position = {page: i for i, page in enumerate(order)}
-    writers = labcode_writers(root)
+    writers, uses = labcode_writers(root), labcode_uses(root)
     breaks = []
     for page in order:
-        for module, name, where in sorted(labcode_uses(page_path(root, page))):
+        for module, name, where in sorted(uses.get(page, ())):
             writer = writers.get((module, name))
             if writer is None:
                 breaks.append(f"{page} {where}: labcode.{module}.{name} is written by no page")
@@ -401,9 +403,8 @@ def test_a_page_uses_only_labcode_that_earlier_pages_wrote():
 
 
 def test_every_preview_is_used():
-    order, writers = toc_pages(), labcode_writers()
-    used = {(page, writers.get((m, n))) for page in order
-            for m, n, _ in labcode_uses(page_path(ROOT, page))}
+    writers = labcode_writers()
+    used = {(page, writers.get((m, n))) for page, uses in labcode_uses().items() for m, n, _ in uses}
     assert set(PREVIEWS) <= used, set(PREVIEWS) - used
 
 

@@ -32,15 +32,21 @@ def test_a_tied_number_equals_its_constant(page, phrase, expression):
     assert pn.evaluate(expression) is True, f"{page}: {phrase!r} no longer matches {expression}"
 
 
+def numbers_under(root: Path, scan, path: Path) -> list[str]:
+    """The numbers `scan` (typed_numbers or typed_comment_numbers) finds in `path`, with the
+    book's root moved to `root` for the while."""
+    real, pn.ROOT = pn.ROOT, root
+    try:
+        return [f.number for f in scan([path])]
+    finally:
+        pn.ROOT = real
+
+
 def scan(tmp_path: Path, prose: str) -> list[str]:
     page = tmp_path / "chapters" / "page.md"
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text("---\nkernelspec: {}\n---\n\n(ch-x)=\n# Title 3\n\n" + prose + "\n")
-    root, pn.ROOT = pn.ROOT, tmp_path
-    try:
-        return [f.number for f in pn.typed_numbers([page])]
-    finally:
-        pn.ROOT = root
+    return numbers_under(tmp_path, pn.typed_numbers, page)
 
 
 @pytest.mark.parametrize("prose, flagged", [
@@ -78,11 +84,7 @@ def scan_lab(tmp_path: Path, markdown: str, seconds: float) -> list[str]:
     results.mkdir(parents=True, exist_ok=True)
     (results / "lab_times.json").write_text(json.dumps(
         {"machine": "2-core AMD EPYC, Linux", "labs": {"09_lab": seconds}}))
-    root, pn.ROOT = pn.ROOT, tmp_path
-    try:
-        return [f.number for f in pn.typed_numbers([lab])]
-    finally:
-        pn.ROOT = root
+    return numbers_under(tmp_path, pn.typed_numbers, lab)
 
 
 def test_a_lab_markdown_cell_is_scanned(tmp_path):
@@ -114,11 +116,7 @@ def scan_comments(tmp_path: Path, code: str) -> list[str]:
     lab = tmp_path / "labs" / "09_lab.ipynb"
     lab.parent.mkdir(exist_ok=True)
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)]), lab)
-    root, pn.ROOT = pn.ROOT, tmp_path
-    try:
-        return [f.number for f in pn.typed_comment_numbers([lab])]
-    finally:
-        pn.ROOT = root
+    return numbers_under(tmp_path, pn.typed_comment_numbers, lab)
 
 
 @pytest.mark.parametrize("code, flagged", [
