@@ -8,6 +8,7 @@ tools/export_labs.py: do not edit.
   chapters/allreduce_algorithms.md, chapters/ddp_inside.md, chapters/large_batch.md,
   chapters/sharding.md, chapters/stragglers.md
 - `labcode.overlap`: from labs/04_ddp.ipynb
+- `labcode.overlap_timing`: from labs/04_ddp.ipynb
 - `labcode.sharding`: from labs/07_sharding.ipynb
 - `labcode.stragglers`: from labs/08_stragglers.ipynb
 - `labcode.transformer`: from labs/06_transformer_ddp.ipynb

@@ -50,6 +50,21 @@ def test_export_refuses_code_that_uses_an_engine_global(tmp_path):
         export_labs.collect(sorted(tmp_path.glob("*.ipynb")))
 
 
+def test_a_module_imports_what_another_module_exported_earlier(tmp_path):
+    """A lab may export its algorithm and the tools that measure it into two modules; a name the
+    second uses from the first is imported from it, and a name exported only later is refused."""
+    write_lab(tmp_path, ("code", "#| export: algo\ndef double(x):\n    return 2 * x"),
+              ("code", "#| export: measure\ndef timed(x):\n    return double(x), later(x)"),
+              ("code", "#| export: algo\ndef later(x):\n    return x"))
+    with pytest.raises(export_labs.ExportError, match=r"cell 1 exports code that uses later"):
+        export_labs.collect(sorted(tmp_path.glob("*.ipynb")))
+    write_lab(tmp_path, ("code", "#| export: algo\ndef double(x):\n    return 2 * x"),
+              ("code", "#| export: measure\ndef timed(x):\n    return double(x)"))
+    files = export_labs.render(export_labs.collect(sorted(tmp_path.glob("*.ipynb"))))
+    assert "from labcode.algo import double" in files["measure.py"]
+    assert "import" not in files["algo.py"].split('"""')[2]
+
+
 def test_export_refuses_constants_assigned_together_instead_of_skipping_them(tmp_path):
     write_lab(tmp_path, ("code", "#| export: demo\nA, B = 1, 2\ndef one():\n    return A"))
     with pytest.raises(export_labs.ExportError, match=r"cell 0 assigns A, B in one statement.*one assignment per line"):

@@ -1,4 +1,4 @@
-"""Lab 4's timing checks (labcode.overlap) pass DDP as it is and fail broken DDPs."""
+"""Lab 4's timing checks (labcode.overlap_timing) pass DDP as it is and fail broken DDPs."""
 import json
 import os
 import re
@@ -6,7 +6,7 @@ import re
 import pytest
 
 from dplab.cluster.jobs import run_job
-from labcode.overlap import TOL
+from labcode.overlap_timing import TOL
 
 HERE = os.path.dirname(__file__)
 
@@ -40,7 +40,7 @@ def test_hidden_check_needs_the_exposed_time_the_model_says_buckets_save():
     within the tolerance is not asserted."""
     import numpy as np
 
-    from labcode.overlap import check_hidden
+    from labcode.overlap_timing import check_hidden
 
     rng = np.random.default_rng(1)
     steps = range(15)

@@ -1,4 +1,4 @@
-"""dplab.trace's arithmetic and formats, and Lab 4's timeline check (labcode.overlap.check_timeline)
+"""dplab.trace's arithmetic and formats, and Lab 4's timeline check (labcode.overlap_timing.check_timeline)
 against a consistent timeline and broken ones."""
 import json
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dplab.trace import align_steps, chrome_trace, covered_within, union_length, write_chrome_trace
-from labcode.overlap import check_timeline, slowest_per_step, timeline_facts
+from labcode.overlap_timing import check_timeline, slowest_per_step, timeline_facts
 
 
 def test_union_and_coverage_count_overlapping_time_once():

@@ -11,8 +11,9 @@ takes the top-level functions, classes and UPPER_CASE constants, in the book's o
 of _toc.yml), and nothing that runs. It writes them to labcode/MODULE.py with the imports
 they need, taken from the page's own import lines, and a comment that names the page and
 section defining each. Exported code may use only its arguments, imports and other exported
-names: a name the page happens to hold (a lab's `rank`, `comm`, a process group; a
-chapter's data or settings) is refused with the cell named.
+names (a name that another module exported earlier is imported from it): a name the page
+happens to hold (a lab's `rank`, `comm`, a process group; a chapter's data or settings) is
+refused with the cell named.
 
     python tools/export_labs.py           # write labcode/
     python tools/export_labs.py --check   # exit 1 if labcode/ differs from what the pages say
@@ -180,6 +181,7 @@ def collect(labs: list[Path], chapters: list[Path] = ()) -> dict[str, Module]:
     paths = {f"labs/{p.name}": (p, read_lab) for p in labs}
     paths.update({f"chapters/{p.name}": (p, read_chapter) for p in chapters})
     modules: dict[str, Module] = {}
+    exported_by: dict[str, str] = {}  # every name exported so far -> its module
     for page in book_order(list(paths)):
         path, read = paths[page]
         cells = read(path)
@@ -224,11 +226,14 @@ def collect(labs: list[Path], chapters: list[Path] = ()) -> dict[str, Module]:
                         raise ExportError(f"{where} exports {name}, which labcode.{match.group(1)} already has")
                     mod.names.add(name)
             needed = loaded - bound - mod.names - set(dir(builtins))
-            missing = sorted(n for n in needed if n not in imports)
+            missing = sorted(n for n in needed if n not in imports and n not in exported_by)
             if missing:
                 raise ExportError(f"{where} exports code that uses {', '.join(missing)}, which is neither an "
                                   "argument, an import nor exported: pass it as an argument")
-            mod.imports.update(imports[n] for n in needed)
+            # a name another module exported earlier is imported from it
+            mod.imports.update(imports[n] if n in imports else f"from labcode.{exported_by[n]} import {n}"
+                               for n in needed)
+            exported_by.update((name, match.group(1)) for node in nodes for name in _exported(node))
             for node in nodes:
                 start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
                 body = "\n".join(lines[start - 1:node.end_lineno])

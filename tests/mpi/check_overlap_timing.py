@@ -14,8 +14,9 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 
 from dplab.cluster import engine
 from dplab.cluster.settings import Settings
-from labcode.overlap import (BW, CAPS, REPEATS, TOL, check_overlap, ddp_bucket_bytes, make_step,
-                             overlapped_ratio, paired_ratio, slowest_rank_times)
+from labcode.overlap import BW, CAPS, ddp_bucket_bytes, make_step
+from labcode.overlap_timing import (REPEATS, check_overlap, overlapped_ratio, paired_ratio,
+                                    ratio_tolerance, slowest_rank_times)
 
 info = engine.setup(Settings.for_job(device="cpu", threads=1))  # one core per rank, as in the lab
 device = info.device
@@ -39,7 +40,7 @@ def never(group, bucket):
 
 steps = {"compute only": make_step("none", x, y, device),
          "one": make_step("ddp", x, y, device, CAPS[-1]),
-         "one again": make_step("ddp", x, y, device, CAPS[-1]),
+         "one again": make_step("ddp", x, y, device, CAPS[-1]),  # the noise reference
          "ddp": make_step("ddp", x, y, device, CAP),
          "twice": make_step("ddp", x, y, device, CAP),
          "never": make_step("ddp", x, y, device, CAP)}
@@ -53,8 +54,7 @@ fns["forward only"] = functools.partial(steps["compute only"][0], x)
 per_step = slowest_rank_times(fns, REPEATS, device)
 if info.rank == 0:
     med = {name: sorted(t)[len(t) // 2] for name, t in per_step.items()}
-    noise = paired_ratio(per_step["one again"], per_step["one"])
-    tol = max(TOL, 3 * abs(noise - 1))
+    noise, tol = ratio_tolerance(per_step, "one", ["ddp", "one again"])  # as the lab does
     own_resource = info.world_size < (os.cpu_count() or 1)
     overlapped = {CAP: overlapped_ratio(med["compute only"], med["forward only"], med["one"],
                                         ddp_bucket_bytes(steps["ddp"][0]))}
