@@ -1,4 +1,5 @@
 """The book's own rules, checked: toc, lab skeleton, stored outputs, no machine paths."""
+import json
 import re
 import subprocess
 import sys
@@ -104,3 +105,34 @@ def test_lab_asks_for_a_prediction_before_it_measures(path):
             j = next((k for k in range(i + 1, len(cells)) if cells[k].cell_type == "code"), len(cells))
             assert any("**Predict first.**" in cells[k].source for k in range(i - 1, j)), (
                 f"{path.name}: no 'Predict first.' prompt before the Measure section in cell {i}")
+
+
+# The documents the book grew from are not the reader's: a page that calls something "the seed
+# example" or "our seed material" points at text the reader never saw. (A random seed is fine.)
+SOURCE_MATERIAL = re.compile(
+    r"\b(?:our|the other)\s+seed\b|\bthe\s+seed's\b"
+    r"|\bseed(?:'s)?\s+(?:material|example|script|chart|version|documents?)\b", re.I)
+
+
+def source_material_mentions(text: str) -> list[str]:
+    return [m.group(0) for m in SOURCE_MATERIAL.finditer(text)]
+
+
+def test_no_page_speaks_of_the_material_the_book_grew_from():
+    found = []
+    for path in [ROOT / "intro.md", *sorted((ROOT / "chapters").glob("*.md")), *LABS]:
+        if path.suffix == ".ipynb":
+            cells = json.loads(path.read_text())["cells"]
+            text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        else:
+            text = path.read_text()
+        found += [f"{path.relative_to(ROOT)}: {hit!r}" for hit in source_material_mentions(text)]
+    assert not found, "pages that mention the book's source material:\n" + "\n".join(found)
+
+
+def test_the_source_material_scan_catches_what_it_was_written_for():
+    for text in ("Change the seed example to MAX", "### The seed's script, corrected",
+                 "the bug in the SLURM script of our seed material", "The other seed example starts"):
+        assert source_material_mentions(text), text
+    for text in ("the seed never changes", "any seed's correct ratio", "seed=0", "a random seed"):
+        assert not source_material_mentions(text), text
