@@ -83,17 +83,24 @@ def test_stub_and_paste_back_keep_the_indent_and_the_rest_of_the_cell():
 
 @pytest.mark.parametrize("lab", LABS, ids=lambda p: p.stem)
 def test_what_the_learner_writes_is_collapsed_below_a_try_it_first_line(lab):
-    """Answers behind a click (issue 34): a cell with a solution region is folded in the book
-    (tag hide-input) and in JupyterLab (metadata jupyter.source_hidden), and the markdown above
-    it asks the reader to try first."""
+    """Answers behind a click (issues 34 and 46): a cell with a solution region, and every folded
+    cell below a 'Try it first' line, is folded with its output in the book (tag hide-cell: an
+    output shows the answer too) and in JupyterLab (metadata jupyter.source_hidden and
+    outputs_hidden), and the markdown above a solution region asks the reader to try first."""
     nb = nbformat.read(lab, as_version=4)
     for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or not solutions.regions(cell.source):
+        if cell.cell_type != "code":
             continue
-        assert "hide-input" in cell.metadata.get("tags", []), f"{lab.name} cell {i}: not folded in the book"
-        assert cell.metadata.get("jupyter", {}).get("source_hidden"), f"{lab.name} cell {i}: open in JupyterLab"
         above = next(c for c in reversed(nb.cells[:i]) if c.cell_type == "markdown")
-        assert "Try it first" in above.source, f"{lab.name} cell {i}: no 'Try it first' above it"
+        tags = cell.metadata.get("tags", [])
+        if solutions.regions(cell.source):
+            assert "Try it first" in above.source, f"{lab.name} cell {i}: no 'Try it first' above it"
+        elif not ("Try it first" in above.source and {"hide-input", "hide-cell"} & set(tags)):
+            continue
+        assert "hide-cell" in tags, f"{lab.name} cell {i}: its code or output is not folded in the book"
+        jupyter = cell.metadata.get("jupyter", {})
+        assert jupyter.get("source_hidden") and jupyter.get("outputs_hidden"), \
+            f"{lab.name} cell {i}: open in JupyterLab"
 
 
 

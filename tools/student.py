@@ -35,15 +35,17 @@ YOUR_TURN = ("**Your turn.** Fill in the stubs below (`raise NotImplementedError
 
 
 def show_code(cell) -> None:
-    """Unfold a cell's code: the book folds what the learner writes (tag hide-input, and
-    JupyterLab's source_hidden), so that its reader tries first; the learner gets the stub."""
-    tags = [t for t in cell.metadata.get("tags", []) if t != "hide-input"]
+    """Unfold a cell: the book folds what the learner writes with its output (tag hide-cell,
+    and JupyterLab's source_hidden and outputs_hidden), so that its reader tries first; the
+    learner gets the stub."""
+    tags = [t for t in cell.metadata.get("tags", []) if t not in ("hide-input", "hide-cell")]
     if tags:
         cell.metadata["tags"] = tags
     else:
         cell.metadata.pop("tags", None)
     jupyter = cell.metadata.get("jupyter", {})
     jupyter.pop("source_hidden", None)
+    jupyter.pop("outputs_hidden", None)
     if not jupyter:
         cell.metadata.pop("jupyter", None)
 

@@ -17,8 +17,9 @@ import student  # noqa: E402  (tools/student.py)
 
 
 def collapsed(cell) -> bool:
-    """Whether the book (tag hide-input) or JupyterLab (source_hidden) folds the cell's code."""
-    return ("hide-input" in cell.metadata.get("tags", [])
+    """Whether the book (tag hide-input or hide-cell) or JupyterLab (source_hidden) folds the
+    cell's code."""
+    return (bool({"hide-input", "hide-cell"} & set(cell.metadata.get("tags", [])))
             or bool(cell.metadata.get("jupyter", {}).get("source_hidden")))
 
 
