@@ -54,17 +54,27 @@ def write_chrome_trace(path, events) -> Path:
 def plot_timeline(ax, events, lanes, colours=None, origin=None, title=None) -> None:
     """One row per (rank, lane), a bar per event, times in ms from `origin` (default: the
     earliest start). `lanes` orders the rows of each rank; `colours` maps a lane or an event's
-    name to a colour (the name wins)."""
+    name to a colour (the name wins), and the legend names each colour drawn."""
+    from matplotlib.patches import Patch
+
     colours = colours or {}
     origin = min(e["start"] for e in events) if origin is None else origin
     ranks = sorted({e["rank"] for e in events})
     rows = [(r, lane) for r in ranks for lane in lanes]
+    drawn = {}  # the colours' keys that were drawn
     for e in events:
         if e["lane"] not in lanes:
             continue
         y = rows.index((e["rank"], e["lane"]))
+        key = e["name"] if e["name"] in colours else e["lane"]
         ax.barh(y, 1e3 * (e["end"] - e["start"]), left=1e3 * (e["start"] - origin), height=0.7,
-                color=colours.get(e["name"], colours.get(e["lane"])), edgecolor="white", linewidth=0.5)
+                color=colours.get(key), edgecolor="white", linewidth=0.5)
+        if key in colours:
+            drawn.setdefault(key, colours[key])
+    if drawn:
+        ax.legend(handles=[Patch(color=c, label=k) for k, c in colours.items() if k in drawn],
+                  fontsize=7,
+                  loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the bars, not on them
     ax.set_yticks(range(len(rows)), [f"rank {r} {lane}" for r, lane in rows])
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")

@@ -97,3 +97,23 @@ def test_align_steps_refuses_steps_it_cannot_place():
         align_steps([step, dict(step, start=5.0, end=6.0)])  # two runs' step 0
     with pytest.raises(ValueError, match="no \"step\" event"):
         align_steps([step, dict(step, step=1, lane="compute", name="forward")])
+
+
+def test_a_timeline_has_a_legend_for_every_colour_it_draws():
+    """Lab 4's reader could not tell forward from backward (issue 46): the legend names each
+    colour drawn, by event name where the name has one, else by lane, in the order of `colours`,
+    and nothing undrawn."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dplab.trace import plot_timeline
+
+    events = [dict(rank=0, step=0, lane="all-reduce", name="bucket 0", start=0.02, end=0.04),
+              dict(rank=0, step=0, lane="compute", name="forward", start=0.0, end=0.01),
+              dict(rank=0, step=0, lane="compute", name="backward", start=0.01, end=0.03)]
+    colours = {"forward": "#aec7e8", "backward": "C0", "all-reduce": "C1", "optimizer": "C2"}
+    fig, ax = plt.subplots()
+    plot_timeline(ax, events, ["compute", "all-reduce"], colours)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["forward", "backward", "all-reduce"]
+    plt.close(fig)
