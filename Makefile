@@ -12,7 +12,7 @@ export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: setup venv book test test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-torch test-slurm \
-	test-hub test-hub-slurm test-load student grade test-student bench bench-nodes labs clean
+	test-hub test-hub-slurm test-load student grade test-student bench bench-nodes labs jupyter clean
 
 setup: $(STAMP) $(MATHJAX)
 
@@ -182,6 +182,17 @@ test-book: setup
 test-browser: setup
 	tools/ensure_chromium.sh
 	timeout -k 10 300 $(BIN)/python -m pytest -q -p no:cacheprovider -o faulthandler_timeout=120 tests/browser
+
+# Run the labs yourself: the venv, JupyterLab with jupyterlab-myst (requirements-hub.txt, which
+# changes no pin of requirements.txt), then JupyterLab on labs/. The DPLAB_* settings of the shell
+# apply (DPLAB_ENGINES=2 make jupyter).
+JUPYTER := $(VENV)/.jupyter-installed
+$(JUPYTER): requirements-hub.txt $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-hub.txt
+	touch $@
+
+jupyter: $(JUPYTER)
+	$(BIN)/jupyter lab labs
 
 # Re-execute every lab, store its outputs, and export what the labs teach to labcode/.
 labs: setup
