@@ -133,6 +133,8 @@ class Cluster:
         cluster, client = self._cluster, self.client
         self._cluster = self.client = self.view = None
         procs = own_cluster_processes(cluster.cluster_id) if cluster is not None else []
+        # MPICH may open a shared-memory file after the start's look: look again before killing
+        self._leftovers |= left_behind(procs)
         leave = engine.finalize if self.init_torch and self.ranks else None
         self.launcher.after_leaving(shut_down_politely(client, leave, STOP_POLITE_S))
         # Engines have left the process group (or are stuck): kill them rather than wait seconds for

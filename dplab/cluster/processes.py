@@ -111,13 +111,17 @@ def end(procs: list, grace: float) -> None:
 
 
 def files_held_open(procs: list) -> set[str]:
-    """MPICH's files that its processes hold open and leave behind when killed: a shared-memory
-    segment in /dev/shm and mpiexec's hwloc topology file in the temp folder."""
+    """MPICH's files that its processes hold open or mapped (a segment's file may be closed once
+    mapped) and leave behind when killed: a shared-memory segment in /dev/shm and mpiexec's hwloc
+    topology file in the temp folder."""
+    def mpich(path: str) -> bool:
+        return path.startswith("/dev/shm/mpich_shm_") or "hydra_hwloc_xmlfile_" in path
+
     found = set()
     for proc in procs:
         try:
-            found.update(f.path for f in proc.open_files()
-                         if f.path.startswith("/dev/shm/mpich_shm_") or "hydra_hwloc_xmlfile_" in f.path)
+            found.update(f.path for f in proc.open_files() if mpich(f.path))
+            found.update(m.path for m in proc.memory_maps() if mpich(m.path))
         except Exception:
             pass
     return found
