@@ -225,6 +225,7 @@ def collect(labs: list[Path], chapters: list[Path] = ()) -> dict[str, Module]:
                     if name in mod.names:
                         raise ExportError(f"{where} exports {name}, which labcode.{match.group(1)} already has")
                     mod.names.add(name)
+                    exported_by[name] = match.group(1)
             needed = loaded - bound - mod.names - set(dir(builtins))
             missing = sorted(n for n in needed if n not in imports and n not in exported_by)
             if missing:
@@ -233,7 +234,6 @@ def collect(labs: list[Path], chapters: list[Path] = ()) -> dict[str, Module]:
             # a name another module exported earlier is imported from it
             mod.imports.update(imports[n] if n in imports else f"from labcode.{exported_by[n]} import {n}"
                                for n in needed)
-            exported_by.update((name, match.group(1)) for node in nodes for name in _exported(node))
             for node in nodes:
                 start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
                 body = "\n".join(lines[start - 1:node.end_lineno])
