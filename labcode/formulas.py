@@ -20,6 +20,28 @@ def shard_weights(sizes: Sequence[int]) -> list[float]:
     return [b / total for b in sizes]
 
 
+# From chapters/allreduce_algorithms.md, section "Recursive doubling and Rabenseifner's algorithm", "Rabenseifner's algorithm".
+def allreduce_rabenseifner(comm, x):
+    """Rabenseifner's all-reduce of the 1-D array x, in place; p a power of two."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    assert p & (p - 1) == 0, "Rabenseifner's algorithm needs p a power of two"
+    tmp, lo, hi = np.empty_like(x), 0, x.size  # x[lo:hi]: the part this rank reduces
+    swaps = []
+    mask = p // 2
+    while mask:                 # reduce-scatter: swap half the part, keep and add half
+        mid = (lo + hi) // 2
+        low, high = slice(lo, mid), slice(mid, hi)
+        keep, give = (low, high) if r & mask == 0 else (high, low)
+        buf = tmp[: keep.stop - keep.start]
+        comm.Sendrecv(x[give], dest=r ^ mask, recvbuf=buf, source=r ^ mask)
+        x[keep] += buf
+        swaps.append((r ^ mask, keep, give))
+        lo, hi, mask = keep.start, keep.stop, mask // 2
+    for partner, keep, give in reversed(swaps):  # all-gather: the same swaps, back
+        comm.Sendrecv(x[keep], dest=partner, recvbuf=x[give], source=partner)
+    return x
+
+
 # From chapters/allreduce_algorithms.md, section "Chunking, pipelining and switching algorithms".
 def pipelined_chain_time(n: float, p: int, k: int, alpha: float, beta: float) -> float:
     """Time to pass n bytes cut into k slices down a chain of p ranks."""

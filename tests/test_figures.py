@@ -39,3 +39,25 @@ def test_every_stored_figure_has_a_script_or_is_hand_drawn():
         drawn = set(load(script).figures())
         stored = {p.name for p in script.parent.iterdir() if p.suffix in (".svg", ".png")}
         assert stored <= drawn, f"{script.parent.relative_to(ROOT)}: {sorted(stored - drawn)} not drawn by its script"
+
+
+ALLREDUCE = ROOT / "img" / "allreduce" / "make_figures.py"
+
+
+@pytest.mark.parametrize("p", [2, 4, 8, 16])
+@pytest.mark.parametrize("name", ["ring", "recursive_doubling", "rabenseifner"])
+def test_every_rank_of_a_drawn_all_reduce_sends_the_cost_models_messages_and_bytes(name, p):
+    """The all-reduce figures record each algorithm's messages on threads (record() checks the
+    sums and the rounds); here every rank's own count is the cost model's, at n = p elements."""
+    import labcode.costmodel as cm
+
+    figures = load(ALLREDUCE)
+    (allreduce,) = [fn for fn, known in figures.NAMES.items() if known == name]
+    messages, _ = figures.record(allreduce, p)
+    want = cm.cost(name, float(p), p)
+    for r in range(p):
+        sent = [m for m in messages if m.src == r]
+        assert len(sent) == want.messages, (name, p, r)
+        assert sum(m.size for m in sent) == want.wire_bytes, (name, p, r)
+
+

@@ -4,11 +4,12 @@
 - tree.svg: who sends to whom in each round of Lab 3's binomial-tree all-reduce (P_TREE ranks).
 - ring_steps.svg: who sends which chunk to whom in each step of Lab 3's ring all-reduce (P
   ranks), and which chunks each rank then holds fully reduced.
+- recursive_doubling.svg, rabenseifner.svg: the same for Lab 3's recursive doubling and the
+  chapter's Rabenseifner all-reduce (labcode.formulas), one panel per round.
 - costs.svg: naive, tree, ring and Rabenseifner against n, from the lab's cost model, with the
   chapter's ring-tree crossover (labcode.formulas).
 
-The two schedules are not drawn from a description: the script runs `allreduce_tree` and
-`allreduce_ring` on threads (`dplab.localcomm.run_ranks`) through a communicator that records
+The schedules are not drawn from a description: the script runs the all-reduces on threads (`dplab.localcomm.run_ranks`) through a communicator that records
 every message, so the pictures are the lab's real schedules.
 
 Run from the repository root: .venv/bin/python img/allreduce/make_figures.py
@@ -30,9 +31,12 @@ import labcode.costmodel as cm
 import labcode.formulas as lf
 from dplab.localcomm import run_ranks
 from dplab.plots import PALETTE, svg_bytes, write_figures, use_book_style
-from labcode.allreduce import allreduce_ring, allreduce_tree
+from labcode.allreduce import (allreduce_recursive_doubling, allreduce_ring,
+                                allreduce_tree)
+from labcode.formulas import allreduce_rabenseifner
 
-P = 4        # ranks in the ring figure (the chapter reads this line)
+P = 4        # ranks in the ring, recursive doubling and Rabenseifner figures (the
+             # chapter reads this line)
 P_TREE = 8   # ranks in the tree figure (the chapter reads this line)
 P_COST = 64  # ranks in the cost curves: the chapter's InfiniBand job (it checks this line)
 FONT = 8     # points: the smallest text the book allows
@@ -96,6 +100,11 @@ class Recorder:
         self.round = max(self.round + 1, self._recv(recvbuf, source) + 1)
 
 
+NAMES = {allreduce_tree: "tree", allreduce_ring: "ring",
+         allreduce_recursive_doubling: "recursive_doubling",
+         allreduce_rabenseifner: "rabenseifner"}  # each one's name in labcode.costmodel
+
+
 def record(allreduce, p: int) -> tuple[list[Message], list[list[np.ndarray]]]:
     """Run Lab 3's all-reduce on p threads with x = ones(p) on every rank.
 
@@ -112,11 +121,12 @@ def record(allreduce, p: int) -> tuple[list[Message], list[list[np.ndarray]]]:
     per_rank = run_ranks(p, rank)
     messages = sorted((m for sent, _ in per_rank for m in sent),
                       key=lambda m: (m.round, m.src))
-    # The recorded rounds are the lab's cost model's: as many rounds, as many senders in each.
-    name = {allreduce_tree: "tree", allreduce_ring: "ring"}[allreduce]
-    rounds = cm.schedule(name, 1.0, p)
+    # The recorded rounds are the lab's cost model's: as many rounds, as many senders in
+    # each, and messages of its size (n = p elements).
+    rounds = cm.schedule(NAMES[allreduce], float(p), p)
     assert [sum(m.round == k for m in messages) for k in range(len(rounds))] \
         == [s.senders for s in rounds] and messages[-1].round == len(rounds) - 1
+    assert all(m.size == rounds[m.round].nbytes for m in messages)
     return messages, [states for _, states in per_rank]
 
 
@@ -234,6 +244,64 @@ def ring_figure():
     return fig
 
 
+def chunks_label(m: Message) -> str:
+    """The chunks a message of a P-element run carries: "1" or "2–3"."""
+    last = m.start + m.size - 1
+    return str(m.start) if m.size == 1 else f"{m.start}–{last}"
+
+
+def exchange_figure(allreduce, titles: list[str], shape: tuple[int, int],
+                    size: tuple[float, float]):
+    """An all-reduce whose rounds swap data between r and r XOR 2^j, at P ranks, one
+    panel per round: partners XOR 1 side by side, partners XOR 2 one above the other."""
+    messages, states = record(allreduce, P)
+    assert P == 4, "the layout puts the ranks on the corners of a square"
+    where = {0: (-0.85, 0.55), 1: (0.85, 0.55), 2: (-0.85, -0.55), 3: (0.85, -0.55)}
+    fig, axes = plt.subplots(*shape, figsize=size, squeeze=False)
+    assert len(titles) == axes.size == messages[-1].round + 1
+    for k, (ax, title) in enumerate(zip(axes.flat, titles)):
+        ax.set_title(title, fontsize=FONT + 1)
+        for r, (x, y) in where.items():
+            rank_box(ax, x, y, r, states[r][k], P)
+        for m in (m for m in messages if m.round == k):
+            (x0, y0), (x1, y1) = where[m.src], where[m.dst]
+            assert m.dst == m.src ^ (1 if y0 == y1 else 2)  # the layout's partners
+            if y0 == y1:  # side by side: rightwards above, leftwards below
+                s = np.sign(x1 - x0)
+                a, b = (x0 + s * 0.48, y0 + s * 0.05), (x1 - s * 0.48, y1 + s * 0.05)
+                at, ha, va = (0, y0 + s * 0.1), "center", "bottom" if s > 0 else "top"
+            else:         # one above the other: downwards on the left, upwards right
+                s = np.sign(y1 - y0)
+                dx = 0.07 * s
+                a, b = (x0 + dx, y0 - 0.16 if s < 0 else y0 + 0.3), \
+                    (x1 + dx, y1 + 0.3 if s < 0 else y1 - 0.16)
+                at, ha, va = (x0 + 2 * dx, 0.07), "left" if s > 0 else "right", "center"
+            ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=9, lw=1.2,
+                                         color=PALETTE[1], shrinkA=0, shrinkB=0))
+            ax.text(*at, chunks_label(m), fontsize=FONT, color=PALETTE[1], ha=ha, va=va)
+        ax.set_xlim(-1.4, 1.4)
+        ax.set_ylim(-0.8, 0.95)
+        ax.set_aspect("equal")
+        ax.axis("off")
+    return fig
+
+
+def recursive_doubling_figure():
+    """Lab 3's allreduce_recursive_doubling at P ranks, one panel per round."""
+    rounds = cm.log2_ceil(P)
+    return exchange_figure(allreduce_recursive_doubling,
+                           [f"round {k + 1}: r XOR {2 ** k}" for k in range(rounds)],
+                           (1, rounds), (5.0, 2.1))
+
+
+def rabenseifner_figure():
+    """The chapter's allreduce_rabenseifner at P ranks, one panel per round."""
+    L = cm.log2_ceil(P)
+    titles = [f"reduce-scatter, round {k + 1}: r XOR {P >> (k + 1)}" for k in range(L)] \
+        + [f"all-gather, round {L + k + 1}: r XOR {2 ** k}" for k in range(L)]
+    return exchange_figure(allreduce_rabenseifner, titles, (2, L), (5.0, 3.9))
+
+
 def costs_figure():
     """All-reduce time against n at P_COST ranks over InfiniBand, from the cost model."""
     alpha, beta = hw.ALPHA, hw.infiniband_beta()
@@ -259,6 +327,8 @@ def figures() -> dict[str, bytes]:
     return {"alpha_beta.svg": svg_bytes(alpha_beta_figure()),
             "tree.svg": svg_bytes(tree_figure()),
             "ring_steps.svg": svg_bytes(ring_figure()),
+            "recursive_doubling.svg": svg_bytes(recursive_doubling_figure()),
+            "rabenseifner.svg": svg_bytes(rabenseifner_figure()),
             "costs.svg": svg_bytes(costs_figure())}
 
 
