@@ -61,3 +61,44 @@ def test_every_rank_of_a_drawn_all_reduce_sends_the_cost_models_messages_and_byt
         assert sum(m.size for m in sent) == want.wire_bytes, (name, p, r)
 
 
+DDP = ROOT / "img" / "ddp" / "make_figures.py"
+
+
+def test_no_sync_figure_all_reduces_only_the_last_micro_batch_and_ends_when_the_model_says():
+    from labcode.formulas import overlap_step_time
+
+    figures = load(DDP)
+    k, forward = figures.NO_SYNC_K, figures.NO_SYNC_FORWARD
+    compute, comm = figures.EXAMPLES["balanced"]
+    every = figures.micro_batches([True] * k)
+    last = figures.micro_batches([False] * (k - 1) + [True])
+    assert [len(mb["comm"]) for mb in every] == [len(comm)] * k
+    assert [len(mb["comm"]) for mb in last] == [0] * (k - 1) + [len(comm)]
+    synced = forward + overlap_step_time(compute, comm)
+    assert every[-1]["end"] == k * synced
+    assert last[-1]["end"] == (k - 1) * (forward + sum(compute)) + synced
+    assert last[-1]["end"] < every[-1]["end"]
+
+
+def test_overlap_figure_saves_most_in_its_balanced_example():
+    from labcode.formulas import overlap_step_time
+
+    share = {name: 1 - overlap_step_time(c, m) / overlap_step_time([sum(c)], [sum(m)])
+             for name, (c, m) in load(DDP).EXAMPLES.items()}
+    assert max(share, key=share.get) == "balanced"
+
+
+@pytest.mark.parametrize("n, p", [(10, 3), (12, 3), (11, 4), (5, 8)])
+def test_sampler_figure_shows_what_distributed_sampler_returns(n, p):
+    """sampler_order rebuilds the padded shuffled list from torch's per-rank indices (and
+    asserts that the padding repeats its head); each rank's share is every p-th item."""
+    from torch.utils.data import DistributedSampler
+
+    figures = load(DDP)
+    for epoch in (0, 1):
+        order, shares = figures.sampler_order(n, p, epoch)
+        for r in range(p):
+            sampler = DistributedSampler(range(n), num_replicas=p, rank=r, seed=0)
+            sampler.set_epoch(epoch)
+            assert shares[r] == list(sampler) == order[r::p]
+    assert figures.sampler_order(n, p, 0)[0] != figures.sampler_order(n, p, 1)[0]

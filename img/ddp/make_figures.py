@@ -1,9 +1,10 @@
-"""Draw the DDP chapters' figures: img/ddp/ddp_run.svg ("Using DDP") and
-img/ddp/overlap_timeline.svg ("Inside DDP").
+"""Draw the DDP chapters' figures: img/ddp/ddp_run.svg, no_sync.svg and sampler.svg
+("Using DDP"), and img/ddp/overlap_timeline.svg ("Inside DDP").
 
 ddp_run.svg reads chapters/ddp_train.py, the script that "Using DDP" lists, for the line of
-each call it shows; overlap_timeline.svg takes every start and end from the chapter's own
-step-time formula, labcode.formulas.overlap_step_time.
+each call it shows; overlap_timeline.svg and no_sync.svg take every start and end from the
+step-time formula of "Inside DDP", labcode.formulas.overlap_step_time; sampler.svg shows the
+indices that torch's own DistributedSampler returns.
 
 Run from the repository root: .venv/bin/python img/ddp/make_figures.py
 """
@@ -20,6 +21,8 @@ import numpy as np
 from matplotlib.patches import FancyBboxPatch, Rectangle
 
 from dplab.plots import PALETTE, svg_bytes, write_figures, use_book_style
+from torch.utils.data import DistributedSampler
+
 from labcode.formulas import overlap_step_time
 
 HERE = Path(__file__).resolve().parent
@@ -128,6 +131,7 @@ def ddp_run() -> plt.Figure:
 # chapter reads them from here (time units: compute c_i and all-reduce m_i per bucket).
 EXAMPLES = {
     "compute-bound": ([10, 10, 10], [1, 1, 1]),
+    "balanced": ([5, 5, 5], [5, 5, 5]),
     "communication-bound": ([1, 1, 1], [10, 10, 10]),
 }
 
@@ -153,7 +157,7 @@ def schedule(compute, comm, overlap: bool) -> dict[str, np.ndarray | float]:
 
 
 def overlap_timeline() -> plt.Figure:
-    fig, axes = plt.subplots(len(EXAMPLES), 1, figsize=(7.0, 4.6))
+    fig, axes = plt.subplots(len(EXAMPLES), 1, figsize=(7.0, 6.9))
     horizon = max(max(overlap_step_time([sum(c)], [sum(m)]) for c, m in EXAMPLES.values()), 1)
     for ax, (name, (compute, comm)) in zip(axes, EXAMPLES.items()):
         rows = []  # (y, label)
@@ -198,11 +202,136 @@ def overlap_timeline() -> plt.Figure:
     return fig
 
 
+# ---------------------------------------------------------------------------------------
+# no_sync.svg: k micro-batches of one optimizer step, all-reduced every time or only the
+# last (the chapter reads these lines). Each backward fills the buckets of the "balanced"
+# example above; the forward pass takes NO_SYNC_FORWARD units.
+NO_SYNC_K = 4
+NO_SYNC_FORWARD = 5
+
+
+def micro_batches(synced: list[bool]) -> list[dict]:
+    """Each micro-batch's start, forward, bucket and all-reduce spans, one after another:
+    a synced backward ends when its last all-reduce does (overlap_step_time)."""
+    compute, comm = (np.asarray(v, float) for v in EXAMPLES["balanced"])
+    out, t = [], 0.0
+    for sync in synced:
+        s = schedule(compute, comm, overlap=True)
+        bwd = t + NO_SYNC_FORWARD
+        end = bwd + (s["step"] if sync else compute.sum())
+        out.append({"start": t, "bwd": bwd, "ready": bwd + s["ready"], "sync": sync,
+                    "comm": [(bwd + a, m) for a, m in zip(s["start"], comm)] if sync
+                    else [], "end": end})
+        t = end
+    return out
+
+
+def no_sync_timeline() -> plt.Figure:
+    k = NO_SYNC_K
+    compute, comm = EXAMPLES["balanced"]
+    modes = {"without no_sync()": [True] * k,
+             f"no_sync() for micro-batches 1 to {k - 1}": [False] * (k - 1) + [True]}
+    runs = {name: micro_batches(sync) for name, sync in modes.items()}
+    horizon = max(r[-1]["end"] for r in runs.values())
+    fig, ax = plt.subplots(figsize=(7.0, 2.5))
+    ticks = []
+    for j, (name, run) in enumerate(runs.items()):
+        y_c, y_m = 3.0 - 2.2 * j, 2.25 - 2.2 * j
+        ticks += [(y_c, f"{name}\nforward, backward"), (y_m, "all-reduce")]
+        for i, mb in enumerate(run):
+            ax.broken_barh([(mb["start"], NO_SYNC_FORWARD)], (y_c - 0.3, 0.6),
+                           facecolors="0.9", edgecolors="0.5", linewidth=0.8)
+            ax.text(mb["start"] + NO_SYNC_FORWARD / 2, y_c, str(i + 1), ha="center",
+                    va="center", fontsize=FONT)
+            starts = np.concatenate([[mb["bwd"]], mb["ready"][:-1]])
+            for b, (x0, w) in enumerate(zip(starts, compute)):
+                col = PALETTE[b]
+                ax.broken_barh([(x0, w)], (y_c - 0.3, 0.6), facecolors=col + "66",
+                               edgecolors=col, linewidth=0.8)
+            for b, (x0, w) in enumerate(mb["comm"]):
+                ax.broken_barh([(x0, w)], (y_m - 0.3, 0.6), facecolors=PALETTE[b],
+                               edgecolors=PALETTE[b], linewidth=0.8)
+        end, n_comm = run[-1]["end"], sum(len(mb["comm"]) for mb in run)
+        ax.plot([end, end], [y_c + 0.4, y_m - 0.4], color="0.2", linewidth=1.0,
+                linestyle="--")
+        ax.text(end + 1, (y_c + y_m) / 2, f"{n_comm} all-reduces,\ndone at {end:g}",
+                ha="left", va="center", fontsize=FONT)
+    ax.set_yticks([y for y, _ in ticks], [t for _, t in ticks], fontsize=FONT)
+    ax.set_ylim(-0.6, 3.5)
+    ax.set_xlim(0, horizon + 18)
+    ax.tick_params(axis="x", labelsize=FONT)
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel("time since the first micro-batch began (units)", fontsize=FONT)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# sampler.svg: the indices DistributedSampler gives each of RUN_P ranks, for SAMPLER_N
+# samples, in two epochs (the chapter reads these lines).
+SAMPLER_N = 10
+SAMPLER_EPOCHS = (0, 1)
+
+
+def sampler_order(n: int, p: int, epoch: int) -> tuple[list[int], list[list[int]]]:
+    """The padded, shuffled order and each rank's indices, from DistributedSampler."""
+    shares = []
+    for r in range(p):
+        sampler = DistributedSampler(range(n), num_replicas=p, rank=r, shuffle=True, seed=0)
+        sampler.set_epoch(epoch)
+        shares.append(list(sampler))
+    per_rank = len(shares[0])
+    order = [shares[j % p][j // p] for j in range(p * per_rank)]
+    assert sorted(set(order)) == list(range(n)) and len(order) == -(-n // p) * p
+    assert order[n:] == order[:len(order) - n]  # padding repeats the first indices
+    return order, shares
+
+
+def sampler_figure() -> plt.Figure:
+    p, n = RUN_P, SAMPLER_N
+    fig, axes = plt.subplots(1, len(SAMPLER_EPOCHS), figsize=(7.0, 1.9))
+    orders = []
+    for ax, epoch in zip(axes, SAMPLER_EPOCHS):
+        order, shares = sampler_order(n, p, epoch)
+        orders.append(order)
+        w = 0.3
+        for j, index in enumerate(order):
+            r, x = j % p, j * w
+            ax.add_patch(Rectangle((x, 0), w, w, facecolor=PALETTE[r] + "33",
+                                   edgecolor=PALETTE[r], linewidth=0.8,
+                                   hatch="////" if j >= n else None))
+            ax.text(x + w / 2, w / 2, str(index), ha="center", va="center",
+                    fontsize=FONT)
+        ax.annotate("", xy=(len(order) * w, w + 0.08), xytext=(n * w, w + 0.08),
+                    arrowprops=dict(arrowstyle="-", color="0.3", lw=0.8))
+        ax.text((n + len(order)) * w / 2, w + 0.12, "padding", ha="center", va="bottom",
+                fontsize=FONT, color="0.3")
+        ax.text(0, w + 0.12, "shuffled with seed + epoch", ha="left", va="bottom",
+                fontsize=FONT, color="0.3")
+        for r, share in enumerate(shares):
+            y = -0.55 - 0.42 * r
+            ax.text(-0.1, y + w / 2, f"rank {r}", ha="right", va="center", fontsize=FONT)
+            for i, index in enumerate(share):
+                ax.add_patch(Rectangle((i * w, y), w, w, facecolor=PALETTE[r] + "33",
+                                       edgecolor=PALETTE[r], linewidth=0.8))
+                ax.text(i * w + w / 2, y + w / 2, str(index), ha="center", va="center",
+                        fontsize=FONT)
+        ax.set_title(f"epoch {epoch}: sampler.set_epoch({epoch})", fontsize=FONT + 1,
+                     loc="left")
+        ax.set_xlim(-0.75, len(order) * w + 0.05)
+        ax.set_ylim(-0.6 - 0.42 * p, w + 0.45)
+        ax.set_aspect("equal")
+        ax.axis("off")
+    assert orders[0] != orders[1]  # set_epoch reshuffles
+    return fig
+
+
 def figures() -> dict[str, bytes]:
     """File name -> SVG bytes of every figure of the two DDP chapters."""
     use_book_style()
     return {"ddp_run.svg": svg_bytes(ddp_run()),
-            "overlap_timeline.svg": svg_bytes(overlap_timeline())}
+            "overlap_timeline.svg": svg_bytes(overlap_timeline()),
+            "no_sync.svg": svg_bytes(no_sync_timeline()),
+            "sampler.svg": svg_bytes(sampler_figure())}
 
 
 def main() -> None:
