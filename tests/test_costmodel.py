@@ -12,6 +12,7 @@ import pytest
 import labcode.costmodel as cm
 from dplab.localcomm import run_ranks
 from labcode.allreduce import ALGOS, CountingComm, allreduce_recursive_doubling
+from labcode.formulas import allreduce_rabenseifner
 
 
 def L_of(p):
@@ -25,7 +26,8 @@ def L_of(p):
 # ---- the reference: Lab 3's functions, one thread per rank ----
 def play(algorithm, vectors):
     """Run the lab's all-reduce on per-rank arrays: every rank's result, bytes and messages sent."""
-    fn = allreduce_recursive_doubling if algorithm == "recursive_doubling" else ALGOS[algorithm]
+    fn = {"recursive_doubling": allreduce_recursive_doubling,
+          "rabenseifner": allreduce_rabenseifner}.get(algorithm) or ALGOS[algorithm]
 
     def rank(comm):
         counted = CountingComm(comm)
@@ -152,44 +154,11 @@ def test_closed_form_wire_bytes_equal_the_played_schedules(p):
         assert max(msgs) == cm.cost(algorithm, n, p).messages, (algorithm, p)
 
 
-# The lab has no Rabenseifner implementation, so this emulator is the only copy of its schedule.
-def emulate_rabenseifner(vectors):
-    """Recursive-halving reduce-scatter, then recursive-doubling all-gather (p = 2^k); results, bytes, messages."""
-    p, n = len(vectors), len(vectors[0])
-    bufs = [v.copy() for v in vectors]
-    sent, messages = [0] * p, [0] * p
-    seg = [(0, n)] * p  # the part of the vector each rank is responsible for
-    mask = p // 2
-    while mask:  # halve: keep one half of the segment, send the other half to the partner r ^ mask
-        snap, new = [b.copy() for b in bufs], []
-        for r in range(p):
-            lo, hi = seg[r]
-            mid = (lo + hi) // 2
-            keep, give = ((lo, mid), (mid, hi)) if r < r ^ mask else ((mid, hi), (lo, mid))
-            a, b = give
-            bufs[r ^ mask][a:b] += snap[r][a:b]
-            sent[r] += snap[r][a:b].nbytes
-            messages[r] += 1
-            new.append(keep)
-        seg, mask = new, mask // 2
-    mask = 1
-    while mask < p:  # double: swap finished segments with the partner, which hold adjacent halves
-        snap = [b.copy() for b in bufs]
-        for r in range(p):
-            a, b = seg[r]
-            bufs[r ^ mask][a:b] = snap[r][a:b]
-            sent[r] += snap[r][a:b].nbytes
-            messages[r] += 1
-        seg = [(min(seg[r][0], seg[r ^ mask][0]), max(seg[r][1], seg[r ^ mask][1])) for r in range(p)]
-        mask *= 2
-    return bufs, sent, messages
-
-
 @pytest.mark.parametrize("p", [2, 4, 8, 16])
 def test_rabenseifner_sends_ring_bytes_in_tree_messages(p):
     rng = np.random.default_rng(p)
     vecs = [rng.integers(-100, 100, 24 * p).astype(np.float64) for _ in range(p)]
-    out, sent, messages = emulate_rabenseifner(vecs)
+    out, sent, messages = play("rabenseifner", vecs)
     for r in range(p):
         np.testing.assert_array_equal(out[r], np.sum(vecs, axis=0))
     n, L = vecs[0].nbytes, L_of(p)
