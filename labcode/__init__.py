@@ -5,8 +5,9 @@ tools/export_labs.py: do not edit.
 - `labcode.collectives`: from chapters/collectives.md
 - `labcode.costmodel`: from labs/03_allreduce_algorithms.ipynb
 - `labcode.formulas`: from chapters/data_parallelism.md,
-  chapters/allreduce_algorithms.md, chapters/ddp_inside.md, chapters/large_batch.md,
-  chapters/sharding.md, chapters/stragglers.md
+  chapters/allreduce_algorithms.md, chapters/ddp.md, chapters/ddp_inside.md,
+  chapters/large_batch.md, chapters/mixed_precision.md, chapters/sharding.md,
+  chapters/stragglers.md
 - `labcode.overlap`: from labs/04_ddp.ipynb
 - `labcode.overlap_timing`: from labs/04_ddp.ipynb
 - `labcode.sharding`: from labs/07_sharding.ipynb

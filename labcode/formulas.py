@@ -1,6 +1,7 @@
 """Generated from chapters/data_parallelism.md, chapters/allreduce_algorithms.md,
-chapters/ddp_inside.md, chapters/large_batch.md, chapters/sharding.md,
-chapters/stragglers.md by tools/export_labs.py: do not edit.
+chapters/ddp.md, chapters/ddp_inside.md, chapters/large_batch.md,
+chapters/mixed_precision.md, chapters/sharding.md, chapters/stragglers.md by
+tools/export_labs.py: do not edit.
 
 Change the chapter, then run `python tools/export_labs.py`; a test fails while the two differ.
 """
@@ -86,6 +87,32 @@ def two_level_times(n: float, p: int, nodes: int, alpha: float, beta_node: float
     return flat, inside + across
 
 
+# From chapters/ddp.md, section "DataParallel in bytes".
+def dataparallel_link_bytes(k: int, n: float) -> list[tuple[float, float]]:
+    """(sent, received) bytes of each GPU in a step of torch.nn.DataParallel on k GPUs.
+
+    GPU 0 comes first, then the others in ring order; n is the model's size in bytes.
+    The step broadcasts n bytes of parameters from GPU 0 (replicate) and reduces n
+    bytes of gradients to GPU 0 (Broadcast.backward), both as NCCL ring pipelines: the
+    broadcast runs 0 -> 1 -> ... -> k-1, the reduce 1 -> ... -> k-1 -> 0, each GPU
+    forwarding what it got. Inputs scattered from GPU 0 and outputs gathered to it come
+    on top. Sources: torch 2.13 nn/parallel/replicate.py replicate ->
+    comm.broadcast_coalesced; nn/parallel/_functions.py Broadcast.backward ->
+    comm.reduce_add -> cuda/nccl.py reduce; NCCL src/device/broadcast.h and reduce.h,
+    runRing.
+    """
+    if k < 1:
+        raise ValueError(f"need k >= 1 GPUs, got {k}")
+    if k == 1:
+        return [(0.0, 0.0)]                        # DataParallel just calls the module
+    out = []
+    for i in range(k):
+        bcast_sent, bcast_recv = (n if i < k - 1 else 0.0), (n if i > 0 else 0.0)
+        reduce_sent, reduce_recv = (n if i > 0 else 0.0), (n if i != 1 else 0.0)
+        out.append((bcast_sent + reduce_sent, bcast_recv + reduce_recv))
+    return out
+
+
 # From chapters/ddp_inside.md, section "Overlap: sync and async `all_reduce`".
 def overlap_step_time(compute: Sequence[float], comm: Sequence[float]) -> float:
     """Backward plus bucketed all-reduces: max over i of r_i + m_i + ... + m_k."""
@@ -127,7 +154,7 @@ def clip_by_norm(g: np.ndarray, c: float) -> np.ndarray:
     return g * min(1.0, c / np.linalg.norm(g))
 
 
-# From chapters/large_batch.md, section "Why fp16 gradients underflow, and loss scaling".
+# From chapters/mixed_precision.md, section "Why fp16 gradients underflow, and loss scaling".
 def loss_scale_range(dtype: torch.dtype, scale: float) -> tuple[float, float]:
     """(flush, overflow) of a gradient v scaled by `scale`, then rounded to `dtype`.
 
@@ -143,7 +170,7 @@ def loss_scale_range(dtype: torch.dtype, scale: float) -> tuple[float, float]:
     return fi.smallest_normal * fi.eps / 2 / scale, (fi.max + top_spacing / 2) / scale
 
 
-# From chapters/large_batch.md, section "Why fp16 gradients underflow, and loss scaling".
+# From chapters/mixed_precision.md, section "Why fp16 gradients underflow, and loss scaling".
 def cast_fractions(values: torch.Tensor, dtype: torch.dtype,
                    scale: float = 1.0) -> dict[str, float]:
     """Shares of the nonzero values that, times `scale` and rounded to `dtype`, become
@@ -155,34 +182,8 @@ def cast_fractions(values: torch.Tensor, dtype: torch.dtype,
     return {kind: int(is_kind.sum()) / len(cast) for kind, is_kind in kinds.items()}
 
 
-# From chapters/large_batch.md, section "Why fp16 gradients underflow, and loss scaling".
+# From chapters/mixed_precision.md, section "Why fp16 gradients underflow, and loss scaling".
 FP16_GRAD_SAMPLES = 256
-
-
-# From chapters/large_batch.md, section "DataParallel versus DDP, in bytes".
-def dataparallel_link_bytes(k: int, n: float) -> list[tuple[float, float]]:
-    """(sent, received) bytes of each GPU in a step of torch.nn.DataParallel on k GPUs.
-
-    GPU 0 comes first, then the others in ring order; n is the model's size in bytes.
-    The step broadcasts n bytes of parameters from GPU 0 (replicate) and reduces n
-    bytes of gradients to GPU 0 (Broadcast.backward), both as NCCL ring pipelines: the
-    broadcast runs 0 -> 1 -> ... -> k-1, the reduce 1 -> ... -> k-1 -> 0, each GPU
-    forwarding what it got. Inputs scattered from GPU 0 and outputs gathered to it come
-    on top. Sources: torch 2.13 nn/parallel/replicate.py replicate ->
-    comm.broadcast_coalesced; nn/parallel/_functions.py Broadcast.backward ->
-    comm.reduce_add -> cuda/nccl.py reduce; NCCL src/device/broadcast.h and reduce.h,
-    runRing.
-    """
-    if k < 1:
-        raise ValueError(f"need k >= 1 GPUs, got {k}")
-    if k == 1:
-        return [(0.0, 0.0)]                        # DataParallel just calls the module
-    out = []
-    for i in range(k):
-        bcast_sent, bcast_recv = (n if i < k - 1 else 0.0), (n if i > 0 else 0.0)
-        reduce_sent, reduce_recv = (n if i > 0 else 0.0), (n if i != 1 else 0.0)
-        out.append((bcast_sent + reduce_sent, bcast_recv + reduce_recv))
-    return out
 
 
 # From chapters/sharding.md, section "Traffic".

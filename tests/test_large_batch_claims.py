@@ -1,8 +1,9 @@
-"""What the large-batch chapter says about PyTorch's internals, checked on the installed torch.
+"""What the chapters say about PyTorch's internals, checked on the installed torch.
 
-The chapter states who refuses `bf16_compress_hook` and how `DataParallel` moves its bytes;
-these tests hold those sentences to the source they cite, so an upgrade that changes either
-fails here rather than leaving the prose wrong.
+chapters/mixed_precision.md states who refuses `bf16_compress_hook`, and chapters/ddp.md
+("DataParallel in bytes") how `DataParallel` moves its bytes; these tests hold those
+sentences to the source they cite, so an upgrade that changes either fails here rather than
+leaving the prose wrong.
 """
 import importlib
 import inspect

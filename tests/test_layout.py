@@ -297,8 +297,10 @@ PREVIEWS = {
     ("chapters/ddp_inside", "labs/04_ddp"):
         "DDP's rebuilt buckets are compared with the lab's reverse_buckets",
     ("chapters/large_batch", "labs/06_transformer_ddp"):
-        "the warm-up figure and the model's size come from the lab's transformer",
-    ("chapters/large_batch", "labs/07_sharding"):
+        "the warm-up figure comes from the lab's transformer",
+    ("chapters/mixed_precision", "labs/06_transformer_ddp"):
+        "the measured model's size comes from the lab's transformer",
+    ("chapters/mixed_precision", "labs/07_sharding"):
         "the ZeRO accounting's K, which the sharding part defines",
     ("chapters/sharding", "labs/07_sharding"):
         "the chapter's bytes per rank are the lab's model_state_bytes and sent_bytes",
