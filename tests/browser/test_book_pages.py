@@ -2,8 +2,12 @@
 
 Each page must: load nothing from anywhere else; show no raw TeX outside code, with every math
 element typeset by MathJax; load every image; have internal links whose file and #id exist;
-log no console or page error; and show code no wider than its box at 1280 px. A full-page
-screenshot of each (details opened) goes to _build/screenshots/ for a person to look at.
+log no console or page error; show code no wider than its box at 1280 px; and show no output
+(cell outputs, streams), table (Markdown, list-table, pandas) or text listing (literal blocks,
+text-lexer code blocks) that scrolls sideways or spills out of the content column. A
+full-page screenshot of each (details opened) goes to _build/screenshots/ for a person to
+look at. tests/test_output_width.py keeps the lab outputs and listings within the
+characters measured here without a browser.
 """
 import functools
 import re
@@ -12,6 +16,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 from local_site import serve
+from test_output_width import BOX_CHARS, BOXED_CHARS
 
 WAIT_MS = 15_000  # for a page, MathJax or an image
 SHOTS = Path(__file__).resolve().parents[2] / "_build" / "screenshots"
@@ -77,6 +82,77 @@ CODE_JS = f"""() => {{
   return wide;
 }}"""
 
+
+# Opens every <details>, then finds each output, table and text listing that scrolls sideways
+# (its own box or the nearest box around it that scrolls or clips) or, with no such box, ends
+# right of the content column. Code boxes are CODE_JS's.
+WIDE_JS = f"""() => {{
+  document.querySelectorAll('details').forEach(d => d.open = true);
+  const text = {TEXT_LEXERS!r};
+  const column = document.querySelector('article') || document.body;
+  const right = column.getBoundingClientRect().right;
+  const wide = el => {{
+    for (let e = el; e && e !== column; e = e.parentElement) {{
+      if (['auto', 'scroll', 'hidden', 'clip'].includes(getComputedStyle(e).overflowX))
+        return e.scrollWidth > e.clientWidth ? e : null;
+    }}
+    return el.getBoundingClientRect().right > right + 1 ? el : null;
+  }};
+  const longest = t => t.split('\\n').reduce((a, b) => b.length > a.length ? b : a, '');
+  const found = [], seen = new Set();
+  const report = (kind, el, line) => {{
+    const box = wide(el);
+    if (!box || seen.has(box)) return;
+    seen.add(box);
+    found.push({{kind, scroll: box.scrollWidth, client: box.clientWidth, line: line.trim().slice(0, 70),
+                section: (el.closest('section[id]') || {{}}).id || ''}});
+  }};
+  for (const table of document.querySelectorAll('table')) {{
+    const caption = table.querySelector('caption');
+    const first = table.querySelector('tr');
+    report('table', table, caption ? caption.textContent : first ? first.innerText.replace(/\\s+/g, ' ') : '');
+  }}
+  for (const pre of document.querySelectorAll('pre')) {{
+    const box = pre.closest('[class*="highlight-"]');
+    const lexer = box ? [...box.classList].find(c => c.startsWith('highlight-')).slice(10) : '';
+    const output = pre.closest('.cell_output, .output');
+    if (!output && box && !text.includes(lexer)) continue;  // code: CODE_JS
+    report(output ? 'output' : 'listing', pre, longest(pre.textContent));
+  }}
+  for (const out of document.querySelectorAll('.cell_output > .output, div.output')) {{
+    report('output', out, longest(out.innerText));
+  }}
+  return found;
+}}"""
+
+# How many monospace characters fit in an output box at the top level of the content column,
+# and in a text listing inside each kind of box (tip, exercise, dropdown): a box like the
+# book's own, added to the page, filled with one more character at a time.
+FIT_JS = """() => {
+  document.querySelectorAll('details').forEach(d => d.open = true);
+  const hosts = {output: document.querySelector('article section'),
+                 tip: document.querySelector('.admonition.tip'),
+                 exercise: document.querySelector('div.exercise'),
+                 dropdown: document.querySelector('.admonition.dropdown')};
+  const fits = {};
+  for (const [name, host] of Object.entries(hosts)) {
+    if (!host) continue;
+    const box = document.createElement('div');
+    box.className = name === 'output' ? 'cell_output docutils container' : 'highlight-text notranslate';
+    box.innerHTML = name === 'output' ? '<div class="output stream highlight-myst-ansi notranslate">' +
+      '<div class="highlight"><pre></pre></div></div>' : '<div class="highlight"><pre></pre></div>';
+    host.appendChild(box);
+    const pre = box.querySelector('pre');
+    let n = 1;
+    for (; n < 400 && pre.clientWidth; n++) {
+      pre.textContent = 'x'.repeat(n);
+      if (pre.scrollWidth > pre.clientWidth) break;
+    }
+    fits[name] = n - 1;
+    box.remove();
+  }
+  return fits;
+}"""
 
 @functools.cache
 def ids_in(path: Path) -> frozenset[str]:
@@ -150,6 +226,8 @@ def page_problems(context, base: str, html: Path, page_path: str, shots: Path | 
                 problems.append(f"link {text!r} -> {url[len(base):]}: {why}")
         problems += [f"code wider than its box ({w['scroll']} > {w['client']} px, {w['columns']} "
                      f"columns) in section #{w['section']}: {w['line']!r}" for w in page.evaluate(CODE_JS)]
+        problems += [f"{w['kind']} wider than its box ({w['scroll']} > {w['client']} px) in section "
+                     f"#{w['section']}: {w['line']!r}" for w in page.evaluate(WIDE_JS)]
         if shots:
             shots.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=shots / (page_path.replace("/", "__").removesuffix(".html") + ".png"),
@@ -173,12 +251,22 @@ BROKEN_PAGE = """<!DOCTYPE html><html><head>
 <img src="missing.png"><a href="other.html#nowhere">a</a> <a href="gone.html">b</a>
 <div class="highlight-python"><div class="highlight"><pre style="overflow:auto">__CODE__
 ### BEGIN SOLUTION: hint</pre></div></div>
+<div class="cell_output"><div class="output stream highlight-myst-ansi"><div class="highlight">
+<pre style="overflow:auto">ok
+printed __WIDE__</pre></div></div></div>
+<div style="overflow:auto"><table><caption>bytes per rank</caption><tr><td>__WIDE__</td></tr></table></div>
+<div class="cell_output"><div class="output text_html"><table class="dataframe"><tr><th>frame</th>
+<td>__WIDE__</td></tr></table></div></div>
+<div class="highlight-text"><div class="highlight"><pre style="overflow:auto">listed __WIDE__</pre></div></div>
+<pre class="literal-block" style="overflow:hidden">literal __WIDE__</pre>
+<div class="highlight-text"><div class="highlight"><pre style="overflow:auto">narrow</pre></div></div>
 <script>console.error("boom"); undefinedFunction();</script></section></body></html>"""
 
 
 def test_checks_catch_what_they_look_for(tmp_path, book_dir, browser_context):
     (tmp_path / "_static").symlink_to(book_dir / "_static")
-    (tmp_path / "bad.html").write_text(BROKEN_PAGE.replace("__CODE__", "x" * 200))
+    bad = BROKEN_PAGE.replace("__CODE__", "x" * 200).replace("__WIDE__", "w" * 200)
+    (tmp_path / "bad.html").write_text(bad)
     (tmp_path / "other.html").write_text('<html><body id="here">ok</body></html>')
     with serve(tmp_path) as base:
         problems = page_problems(browser_context, base, tmp_path, "bad.html", None)
@@ -187,6 +275,32 @@ def test_checks_catch_what_they_look_for(tmp_path, book_dir, browser_context):
                      "raw TeX '\\\\frac'", "TeX error from MathJax", "image did not load: missing.png",
                      "no id 'nowhere' in other.html", "no file gone.html", "HTTP 404",
                      "console error: boom", "page error: undefinedFunction is not defined",
-                     "code wider than its box", "a lab's solution marker shown"]:
+                     "code wider than its box", "a lab's solution marker shown",
+                     "output wider than its box", "table wider than its box",
+                     "section #s: 'bytes per rank'", "section #s: 'frame www", "listing wider than its box",
+                     "section #s: 'listed www", "section #s: 'literal www"]:
         assert expected in text, f"{expected!r} not reported in:\n{text}"
     assert "math not typeset" not in text, text  # a + b was typeset
+    assert "'narrow'" not in text and "'ok'" not in text, text  # the longest line is named
+    assert text.count("wider than its box") == 6, text  # each box once
+
+
+# A page with every kind of box FIT_JS measures in (tip, exercise, dropdown).
+FIT_PAGE = "chapters/launching.html"
+
+
+def test_boxes_hold_the_characters_the_source_check_allows(book_url, browser_context):
+    """tests/test_output_width.py judges outputs and listings by BOX_CHARS and BOXED_CHARS:
+    the built book's boxes must hold that many characters."""
+    page = browser_context.new_page()
+    try:
+        page.goto(book_url + FIT_PAGE, wait_until="load", timeout=WAIT_MS)
+        fits = page.evaluate(FIT_JS)
+    finally:
+        page.close()
+    assert set(fits) == {"output", "tip", "exercise", "dropdown"}, f"{FIT_PAGE} lacks a box: {fits}"
+    assert fits["output"] >= BOX_CHARS, f"an output box holds {fits['output']} characters, " \
+        f"fewer than BOX_CHARS = {BOX_CHARS} in tests/test_output_width.py"
+    boxed = min(v for k, v in fits.items() if k != "output")
+    assert boxed >= BOXED_CHARS, f"a listing in a box holds {boxed} characters ({fits}), fewer " \
+        f"than BOXED_CHARS = {BOXED_CHARS} in tests/test_output_width.py"
