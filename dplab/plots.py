@@ -48,3 +48,49 @@ def write_figures(figures: dict[str, bytes], folder) -> None:
     matplotlib.use("Agg")
     for name, data in figures.items():
         (Path(folder) / name).write_bytes(data)
+
+
+# The takeaway box under a lab's Measure plot: its colour, and the columns of its plain text.
+TAKEAWAY_COLOUR = (44, 160, 44)  # PALETTE[2], as r, g, b
+TAKEAWAY_COLUMNS = 80
+
+
+def rounded(x: float, digits: int = 2) -> str:
+    """`x` to `digits` significant figures, with no exponent: 45.3 -> "45", 0.0234 -> "0.023",
+    1234 -> "1,200". For a takeaway's measured values, which are not worth more digits."""
+    import math
+
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    exponent = math.floor(math.log10(abs(x)))
+    value = round(x, digits - 1 - exponent)
+    if value and abs(value) >= 10 ** (exponent + 1):  # 9.96 -> 10
+        exponent += 1
+    return f"{value:,.{max(0, digits - 1 - exponent)}f}"
+
+
+def takeaway(text: str, title: str = "On this machine") -> None:
+    """Show what a Measure plot showed on this run, in a box under it.
+
+    `text` is a sentence or two built from the values just measured (never typed), rounded to
+    what the measurement supports. The box is HTML with inline styles, which JupyterLab keeps
+    in a stored notebook and the book renders as it is (the class `admonition` gives it the
+    book's shadow); a viewer without HTML shows the plain text, wrapped at TAKEAWAY_COLUMNS.
+    Its values change from run to run: call it in a cell tagged nbval-ignore-output.
+    """
+    import html
+    import textwrap
+
+    from IPython.display import display
+
+    r, g, b = TAKEAWAY_COLOUR
+    box = (f"border-left: 0.2rem solid rgb({r}, {g}, {b}); border-radius: 0.25rem; "
+           f"padding: 0 0.6rem 0.5rem; margin: 0.5rem 0; "
+           f"background-color: rgba({r}, {g}, {b}, 0.07)")
+    head = (f"margin: 0 -0.6rem; padding: 0.3rem 0.6rem; font-weight: bold; "
+            f"background-color: rgba({r}, {g}, {b}, 0.15)")
+    markup = (f'<div class="admonition dplab-takeaway" style="{box}">'
+              f'<p style="{head}">{html.escape(title)}</p>'
+              f'<p style="margin: 0.4rem 0 0">{html.escape(text)}</p></div>')
+    plain = textwrap.fill(f"{title}: {text}", TAKEAWAY_COLUMNS, break_on_hyphens=False)
+    display({"text/html": markup, "text/plain": plain}, raw=True)
