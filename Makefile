@@ -12,7 +12,7 @@ export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: setup venv book test test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-torch test-slurm \
-	test-hub test-hub-slurm test-load student grade test-student bench bench-nodes labs jupyter clean
+	test-hub test-hub-slurm test-load student grade test-student bench bench-nodes bench-big labs jupyter clean
 
 setup: $(STAMP) $(MATHJAX)
 
@@ -209,6 +209,17 @@ bench-nodes: setup
 	@[ "$$(id -u)" = 0 ] || { echo "make bench-nodes: needs root (network namespaces, shaped links, SLURM daemons)" >&2; exit 2; }
 	tools/slurm/install.sh "make bench-nodes"
 	$(BIN)/python benchmarks/topology.py $(if $(DPSLURM_RATE),--rate $(DPSLURM_RATE))
+
+# What the 2-core box cannot show, on a machine with more cores (and a GPU, if any), within
+# 290 s (every job bounded): data-parallel speed-up from p = 1 to MAX_RANKS (default min(8,
+# cores), one core per rank) at a fixed global batch; DDP's overlap where compute and
+# all-reduce take as long; as root with SLURM installed (make bench-nodes installs it),
+# hierarchical vs flat all-reduce. Saves benchmarks/results/big_KIND.{json,txt} (KIND: cores, CPU, GPU) and redraws
+# img/bench_big/. SIZE=rehearsal: a small run, about a minute on 2 cores. Not in make test.
+SIZE ?= full
+MAX_RANKS ?=
+bench-big: venv
+	$(UNSET_DPLAB) $(BIN)/python benchmarks/big/bench_big.py --size $(SIZE) $(if $(MAX_RANKS),--max-ranks $(MAX_RANKS))
 
 clean:
 	rm -rf _build .pytest_cache
