@@ -379,6 +379,9 @@ def topology_child(folder: Path, repeats: int) -> int:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import topology
 
+    if not isinstance(getattr(topology, "RESULTS", None), Path):  # else its report goes there
+        raise SystemExit("benchmarks/topology.py has no RESULTS folder to redirect: its report "
+                         "would overwrite make bench-nodes' files")
     topology.RESULTS = folder
     return topology.main(["--repeats", str(repeats)])
 
