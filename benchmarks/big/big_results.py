@@ -116,6 +116,13 @@ def label(result: dict, sep: str = " ") -> str:
     return f"{m['cores']}-core {cpu}{size}{gpu}"
 
 
+def machines(folder: Path = RESULTS) -> tuple[str, str]:
+    """What a chapter says of its bench-big figure's two panels: (left, right)."""
+    small, large = pick_pair(load_all(folder))
+    left = label(small) if small else "no 2-core machine has run it yet"
+    return left, label(large) if large else "no larger machine has run it yet"
+
+
 def speedups(result: dict) -> dict[str, dict[int, float]]:
     """Configuration -> {p: time at p = 1 / time at p}, from the scaling part."""
     rows = result["scaling"]["rows"]
