@@ -1,5 +1,6 @@
-"""Draw img/launching/cluster_start.svg: what runs where when dplab.start_cluster() starts the
-labs' engines, on one machine (launcher "mpiexec") and on two SLURM nodes (launcher "slurm").
+"""Draw what runs where when dplab.start_cluster() starts the labs' engines: on one machine
+(launcher "mpiexec", cluster_start.svg, which the collectives chapter shows before Lab 0) and
+on two SLURM nodes (launcher "slurm", cluster_slurm.svg, in the launching chapter).
 
 The diagram is drawn by hand, but what it names is read from the code that does it: the
 launchers' names (dplab.cluster.settings.LAUNCHERS), the default engine and node counts, how
@@ -147,20 +148,21 @@ def two_nodes(ax) -> None:
           dy=-3.6)
 
 
-def cluster_start() -> plt.Figure:
-    fig, axes = plt.subplots(2, 1, figsize=(6.8, 5.8), height_ratios=[37, 41])
-    for ax, draw, bottom in zip(axes, (one_machine, two_nodes), (0, -4)):
-        ax.set_xlim(0, 100)
-        ax.set_ylim(bottom, 37)
-        ax.axis("off")
-        draw(ax)
+def panel(draw, bottom: float) -> plt.Figure:
+    """One of the two drawings, on axes 100 units wide, from `bottom` up to 37."""
+    fig, ax = plt.subplots(figsize=(6.8, 5.8 * (37 - bottom) / 78))
+    ax.set_xlim(0, 100)
+    ax.set_ylim(bottom, 37)
+    ax.axis("off")
+    draw(ax)
     return fig
 
 
 def figures() -> dict[str, bytes]:
-    """File name -> SVG bytes of the launching chapter's figure."""
+    """File name -> SVG bytes: one machine (collectives chapter), a SLURM job (launching)."""
     use_book_style()
-    return {"cluster_start.svg": svg_bytes(cluster_start())}
+    return {"cluster_start.svg": svg_bytes(panel(one_machine, 0)),
+            "cluster_slurm.svg": svg_bytes(panel(two_nodes, -4))}
 
 
 def main() -> None:

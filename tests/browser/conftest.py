@@ -12,10 +12,11 @@ VIEWPORT = {"width": 1280, "height": 800}  # a common laptop screen
 
 
 def pytest_generate_tests(metafunc):
-    """One test per HTML page of the book (index.html alone when there is no build, to say so)."""
+    """One test per HTML page of the book (index.html alone when there is no build, to say so);
+    not Sphinx's own folders (_static, _sources) nor hidden ones a stale build may have left."""
     if "page_path" in metafunc.fixturenames:
         pages = sorted(p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html")
-                       if not p.relative_to(HTML).parts[0].startswith("_"))
+                       if not p.relative_to(HTML).parts[0].startswith(("_", ".")))
         metafunc.parametrize("page_path", pages or ["index.html"])
 
 
