@@ -3,11 +3,12 @@
 An output box or a text listing of the built book holds BOX_CHARS monospace characters at
 1280 px, and a listing inside an admonition, dropdown, exercise or solution holds BOXED_CHARS
 (tests/browser measures both, and fails on any box that scrolls sideways). Checked here, from
-the sources, so that `make test-kit` keeps the limit: every lab's stored outputs (stream and
-text/plain, which nbval compares), and the text listings of the chapters, intro.md and the
-labs' Markdown (a fence in a text lexer, a {code-block} or {literalinclude} in one). A line too
-long is to be rewrapped where it is printed or written. HTML outputs (pandas tables) and the
-chapters' outputs, made when the book is built, are the browser's to judge.
+the sources, so that `make test-kit` keeps the limit: every lab's stored outputs (streams,
+text/plain, and the tracebacks of cells that fail on purpose), and the text listings of the
+chapters, intro.md and the labs' Markdown (a fence in a text lexer, a {code-block} or
+{literalinclude} in one). A line too long is to be rewrapped where it is printed or written.
+HTML outputs (pandas tables) and the chapters' outputs, made when the book is built, are the
+browser's to judge.
 """
 import re
 from pathlib import Path
@@ -97,12 +98,14 @@ def listing_offenders(text: str, page: str, base: Path) -> list[str]:
 
 
 def output_texts(cell) -> list[str]:
-    """The printed text of a code cell's outputs: streams, and text/plain where nothing richer
-    (HTML, an image) is shown instead."""
+    """The printed text of a code cell's outputs: streams, tracebacks, and text/plain where
+    nothing richer (HTML, an image) is shown instead."""
     texts = []
     for out in cell.get("outputs", []):
         if out.output_type == "stream":
             texts.append(out.text)
+        elif out.output_type == "error":
+            texts.append("\n".join(out.traceback))
         elif "data" in out and "text/plain" in out.data and not set(out.data) - {"text/plain"}:
             texts.append(out.data["text/plain"])
     return [ANSI.sub("", t) for t in texts]
@@ -138,8 +141,9 @@ def test_chapter_listings_fit_their_box(path):
 
 
 def test_the_check_finds_long_outputs_and_listings(tmp_path):
-    """The broken variants: a stored stream, a text/plain result and a listing, each one
-    character too long (and a nested listing over the narrower limit); code is not judged."""
+    """The broken variants: a stored stream, a text/plain result, a traceback and a listing,
+    each one character too long (and a nested listing over the narrower limit); code, HTML
+    results and ANSI colour codes are not judged."""
     wide, boxed = "x" * (BOX_CHARS + 1), "y" * (BOXED_CHARS + 1)
     (tmp_path / "out.txt").write_text(f"ok\n{wide}\n")
     nb = nbformat.v4.new_notebook(cells=[
@@ -147,6 +151,8 @@ def test_the_check_finds_long_outputs_and_listings(tmp_path):
             nbformat.v4.new_output("stream", name="stdout", text="ok\n" + wide + "\n"),
             nbformat.v4.new_output("execute_result", data={"text/plain": wide}),
             nbformat.v4.new_output("execute_result", data={"text/plain": wide, "text/html": "<b/>"}),
+            nbformat.v4.new_output("error", ename="E", evalue="",
+                                   traceback=["\x1b[31m" + wide[1:] + "\x1b[0m", "ok", wide]),
         ]),
         nbformat.v4.new_markdown_cell(f"```text\n{wide}\n```\n```python\n{wide}\n```"),
         nbformat.v4.new_markdown_cell(f":::{{dropdown}} More\n```{{code-block}} text\n{boxed}\n"
@@ -156,6 +162,7 @@ def test_the_check_finds_long_outputs_and_listings(tmp_path):
     found = "\n".join(lab_offenders(tmp_path / "lab.ipynb"))
     assert [line.split(":")[0] for line in found.splitlines()] == [
         "lab.ipynb cell 0, output line 2", "lab.ipynb cell 0, output line 1",
+        "lab.ipynb cell 0, output line 3",
         "lab.ipynb cell 1, line 2", "lab.ipynb cell 2, line 3",
         "out.txt, line 2 (included by lab.ipynb cell 2)"], found
-    assert f"(limit {BOXED_CHARS})" in found.splitlines()[3], found
+    assert f"(limit {BOXED_CHARS})" in found.splitlines()[4], found
