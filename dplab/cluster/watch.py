@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import linecache
 import re
+import textwrap
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -51,6 +52,9 @@ _KERNEL_FILES = ("/IPython/", "/ipykernel/", "/ipyparallel/", "/asyncio/", "/tor
 _RUNS_USER_CODE = (("interactiveshell.py", "run_code"), ("ipyparallel/engine/kernel.py", "do_apply"))
 
 
+WIDTH = 88  # the book's code column; an output box holds a few more (tests/test_output_width.py)
+
+
 class StuckRanksError(RuntimeError):
     """Some ranks failed or were interrupted while others stayed blocked; the cluster was stopped."""
 
@@ -60,8 +64,12 @@ class StuckRanksError(RuntimeError):
         self.stuck = stuck  # rank -> where it was blocked
 
     def _render_traceback_(self) -> list[str]:
-        """What IPython shows: the message alone, since the client-side stack says nothing useful."""
-        return [f"{type(self).__name__}: {self}"]
+        """What IPython shows: the message alone, since the client-side stack says nothing
+        useful, each line wrapped to fit a notebook's output box (WIDTH columns)."""
+        return [part for line in f"{type(self).__name__}: {self}".splitlines()
+                for part in textwrap.wrap(line, WIDTH, subsequent_indent="  ",
+                                          break_long_words=False, break_on_hyphens=False)
+                or [""]]
 
 
 class RankDiedError(StuckRanksError):
