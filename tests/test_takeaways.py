@@ -31,7 +31,9 @@ def takeaway_problems(cells) -> list[str]:
     problems = []
     is_box = [c.cell_type == "code" and "takeaway(" in c.source for c in cells]
     measure = measure_cells(cells)
-    if measure and not any(is_box[i] for i in measure):
+    if not measure:
+        problems.append("no Measure section (every lab has one, headed \"## Measure\")")
+    elif not any(is_box[i] for i in measure):
         problems.append("a Measure section without a takeaway")
     for i in measure:
         cell = cells[i]

@@ -1,5 +1,5 @@
-"""Draw the DDP chapters' figures: img/ddp/ddp_run.svg, no_sync.svg and sampler.svg
-("Using DDP"), and img/ddp/overlap_timeline.svg ("Inside DDP").
+"""Draw the DDP chapters' figures: img/ddp/ddp_run.svg and sampler.svg ("Using DDP"), and
+img/ddp/overlap_timeline.svg and no_sync.svg ("Inside DDP").
 
 ddp_run.svg reads chapters/ddp_train.py, the script that "Using DDP" lists, for the line of
 each call it shows; overlap_timeline.svg and no_sync.svg take every start and end from the

@@ -16,12 +16,11 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 from local_site import serve
-from test_output_width import BOX_CHARS, BOXED_CHARS
+from test_output_width import BOX_CHARS, BOXED_CHARS, TEXT_LEXERS
 
 WAIT_MS = 15_000  # for a page, MathJax or an image
 SHOTS = Path(__file__).resolve().parents[2] / "_build" / "screenshots"
 TEX = r"\\\(|\\\)|\\\[|\\\]|\$\$|\\[A-Za-z]+"  # delimiters and commands (\frac) of TeX
-TEXT_LEXERS = ["text", "none", "myst-ansi", "ipythontb"]  # outputs and text files, not code
 
 # Resolves after `promise`, or with `fallback` after WAIT_MS: no wait in a page is unbounded.
 BOUNDED = f"(promise, fallback) => Promise.race([promise, new Promise(r => setTimeout(() => r(fallback), {WAIT_MS}))])"
@@ -66,7 +65,7 @@ LINKS_JS = """() => [...document.querySelectorAll('a[href]')].map(a => [a.href, 
 # Opens every <details> (hidden inputs, dropdowns), then measures each code box.
 CODE_JS = f"""() => {{
   document.querySelectorAll('details').forEach(d => d.open = true);
-  const text = {TEXT_LEXERS!r};
+  const text = {list(TEXT_LEXERS)!r};
   const wide = [];
   for (const pre of document.querySelectorAll('div.highlight pre')) {{
     const box = pre.closest('[class*="highlight-"]');
@@ -88,7 +87,7 @@ CODE_JS = f"""() => {{
 # right of the content column. Code boxes are CODE_JS's.
 WIDE_JS = f"""() => {{
   document.querySelectorAll('details').forEach(d => d.open = true);
-  const text = {TEXT_LEXERS!r};
+  const text = {list(TEXT_LEXERS)!r};
   const column = document.querySelector('article') || document.body;
   const right = column.getBoundingClientRect().right;
   const wide = el => {{
