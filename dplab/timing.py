@@ -69,20 +69,23 @@ def median_se(samples, relative: bool = False) -> float:
     return float(1.25 * 1.4826 * np.median(np.abs(x - mid)) / np.sqrt(len(x)))
 
 
-def machine() -> str:
-    """A one-line description of the machine the numbers came from."""
-    import os
-
-    cpu = platform.processor() or platform.machine()
+def cpu_model() -> str:
+    """The CPU's model name, from /proc/cpuinfo where there is one."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return f"{os.cpu_count()}-core {cpu}, {platform.system()}"
+    return platform.processor() or platform.machine()
+
+
+def machine() -> str:
+    """A one-line description of the machine the numbers came from."""
+    import os
+
+    return f"{os.cpu_count()}-core {cpu_model()}, {platform.system()}"
 
 
 def ranks_interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup: int, device,

@@ -78,15 +78,10 @@ def usable_cores() -> int:
 
 
 def cpu_model() -> str:
-    """The CPU's model name, from /proc/cpuinfo where there is one."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return re.sub(r"\s+", " ", line.split(":", 1)[1]).strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The CPU's model name (dplab.timing's), its runs of spaces made one."""
+    from dplab.timing import cpu_model
+
+    return re.sub(r"\s+", " ", cpu_model())
 
 
 def machine_info(cores: int, gpu: str | None) -> dict:
