@@ -91,11 +91,20 @@ def compact(ename: str, evalue: str) -> str:
     return f"{ename}: {first_lines(evalue)}" if evalue.strip() else ename
 
 
+def stub_hints(source: str) -> list[str]:
+    """The hints of the stubs still in a cell (nbgrader's stub, below its '# HINT:' line)."""
+    lines = [line.strip() for line in source.split("\n")]
+    return [solutions.HINT.match(a)["hint"] for a, b in zip(lines, lines[1:])
+            if solutions.HINT.match(a) and b == solutions.NBGRADER_STUB[0]]
+
+
 def error_of(cell) -> str:
-    """The cell's error output, compacted; '' if it has none."""
+    """The cell's error output, compacted, with the hint of a stub the learner left; '' if none."""
     for out in cell.get("outputs", []):
         if out.get("output_type") == "error":
-            return compact(out["ename"], out["evalue"])
+            said = compact(out["ename"], out["evalue"])
+            hints = stub_hints(cell.source) if "NotImplementedError" in said else []
+            return said + (f"\n  a stub is left to write, below '# HINT: {hints[0]}'" if hints else "")
     return ""
 
 

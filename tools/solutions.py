@@ -1,30 +1,40 @@
 """Solution regions and graded checks in the labs, in nbgrader's format.
 
-A lab marks the code a learner should write with two comment lines, the first naming a
-one-line hint, in a code cell whose metadata says it is a solution cell:
+A lab marks the code a learner should write with nbgrader's two marker lines, after a one-line
+hint, in a code cell whose metadata says it is a solution cell:
 
-    ### BEGIN SOLUTION: divide by p, then all-reduce the buffer
+    # HINT: divide by p, then all-reduce the buffer
+    ### BEGIN SOLUTION
     ...
     ### END SOLUTION
 
-A check cell the grader scores has `grade: true` and its `points`. `make student` turns each
-region into a stub that raises NotImplementedError with the hint (tools/student.py); the book,
-labcode/ and nbval never see the marker lines. This module only reads and checks them.
+A check cell the grader scores has `grade: true` and its `points`. nbgrader's own ClearSolutions
+(`make student`, or `nbgrader generate_assignment`) replaces the marked lines with its stub,
+
+    # HINT: divide by p, then all-reduce the buffer
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+so the hint reaches the learner either way; the book, labcode/ and nbval never see the three
+lines. This module only reads and checks them.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION(?::[ \t]*(?P<hint>.*?))?[ \t]*$")
+HINT = re.compile(r"^(?P<indent>[ \t]*)# HINT:[ \t]*(?P<hint>.*?)[ \t]*$")
+BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION(?P<rest>.*?)[ \t]*$")
 END = re.compile(r"^[ \t]*### END SOLUTION[ \t]*$")
+NBGRADER_STUB = ["# YOUR CODE HERE", "raise NotImplementedError()"]  # ClearSolutions.code_stub
 SCHEMA_VERSION = 3  # nbgrader's cell metadata schema
 WIDTH = 88  # the book's code width (tests/test_code_width.py), which stubs keep too
 
 
 @dataclass(frozen=True)
 class Region:
-    """One solution region: its lines [begin, end] (the marker lines), indent and hint."""
+    """One solution region: its lines [begin, end] (the hint line to END SOLUTION), indent and
+    hint."""
 
     begin: int
     end: int
@@ -33,11 +43,11 @@ class Region:
 
 
 def is_marker(line: str) -> bool:
-    return bool(BEGIN.match(line) or END.match(line))
+    return bool(BEGIN.match(line) or END.match(line) or HINT.match(line))
 
 
 def strip_markers(source: str) -> str:
-    """The cell's code as the book shows it: without the marker lines."""
+    """The cell's code as the book shows it: without the hint and marker lines."""
     return "\n".join(line for line in source.split("\n") if not is_marker(line))
 
 
@@ -46,33 +56,41 @@ def regions(source: str, where: str = "cell") -> list[Region]:
     found, begin = [], None
     lines = source.split("\n")
     for i, line in enumerate(lines):
-        b = BEGIN.match(line)
+        b, h = BEGIN.match(line), HINT.match(line)
+        if h and not (i + 1 < len(lines) and BEGIN.match(lines[i + 1])):
+            raise ValueError(f"{where}, line {i + 1}: a '# HINT:' line must stand just above "
+                             "'### BEGIN SOLUTION'")
         if b:
             if begin is not None:
                 raise ValueError(f"{where}, line {i + 1}: a BEGIN SOLUTION inside another region")
-            if not b.group("hint"):
-                raise ValueError(f"{where}, line {i + 1}: write the hint on the marker line: "
-                                 "'### BEGIN SOLUTION: what to write'")
-            begin = (i, b.group("indent"), b.group("hint"))
+            if b.group("rest"):
+                raise ValueError(f"{where}, line {i + 1}: write the marker alone, as "
+                                 "'### BEGIN SOLUTION', with the hint on the line above it, "
+                                 "as '# HINT: what to write'")
+            hint = HINT.match(lines[i - 1]) if i else None
+            if not hint or not hint.group("hint") or hint.group("indent") != b.group("indent"):
+                raise ValueError(f"{where}, line {i + 1}: write the hint on the line above, "
+                                 "indented as the marker: '# HINT: what to write'")
+            begin = (i - 1, b.group("indent"), hint.group("hint"))
         elif END.match(line):
             if begin is None:
                 raise ValueError(f"{where}, line {i + 1}: END SOLUTION without a BEGIN SOLUTION")
-            if i == begin[0] + 1:
+            if i == begin[0] + 2:
                 raise ValueError(f"{where}, line {i + 1}: an empty solution region")
             found.append(Region(begin[0], i, begin[1], begin[2]))
             begin = None
         elif "BEGIN SOLUTION" in line or "END SOLUTION" in line:
             raise ValueError(f"{where}, line {i + 1}: write the marker alone on its line, "
-                             f"as '### BEGIN SOLUTION: hint' or '### END SOLUTION': {line.strip()!r}")
+                             f"as '### BEGIN SOLUTION' or '### END SOLUTION': {line.strip()!r}")
     if begin is not None:
-        raise ValueError(f"{where}, line {begin[0] + 1}: BEGIN SOLUTION without an END SOLUTION")
+        raise ValueError(f"{where}, line {begin[0] + 2}: BEGIN SOLUTION without an END SOLUTION")
     return found
 
 
 def stub_lines(region: Region) -> list[str]:
-    """What a learner sees in place of a region: the hint, and a NotImplementedError."""
-    return [f"{region.indent}# YOUR CODE HERE: {region.hint}",
-            f"{region.indent}raise NotImplementedError({region.hint!r})"]
+    """What a learner sees in place of a region: the hint, and nbgrader's stub."""
+    return [f"{region.indent}# HINT: {region.hint}"] + [
+        region.indent + line for line in NBGRADER_STUB]
 
 
 def stub(source: str, where: str = "cell") -> str:
@@ -89,11 +107,12 @@ def paste_back(student: str, reference: str, where: str = "cell") -> str:
     refs, lines = regions(reference, where), reference.split("\n")
     out, rest = [], student.split("\n")
     for r in refs:
-        stub_at = next((i for i in range(len(rest) - 1) if rest[i:i + 2] == stub_lines(r)), None)
+        mine, n = stub_lines(r), len(stub_lines(r))
+        stub_at = next((i for i in range(len(rest) - n + 1) if rest[i:i + n] == mine), None)
         if stub_at is None:
             raise ValueError(f"{where}: the stub for the hint {r.hint!r} is not in the cell")
         out += rest[:stub_at] + lines[r.begin:r.end + 1]
-        rest = rest[stub_at + 2:]
+        rest = rest[stub_at + n:]
     return "\n".join(out + rest)
 
 

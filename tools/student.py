@@ -3,10 +3,11 @@
     python tools/student.py [--out _build/student] [labs/02_data_parallel_by_hand.ipynb ...]
     python tools/student.py --paste-back STUDENT.ipynb --out FILE   # the labs' solutions put back
 
-Each solution region (tools/solutions.py) becomes a stub that raises NotImplementedError with the
-region's hint, in a cell shown unfolded (the book folds it, below a "Try it first." line that
-becomes "Your turn."); the exercises' solution dropdowns are removed; outputs are cleared; check cells are kept, locked and checksummed, as
-`nbgrader generate_assignment` leaves them. The notebooks
+nbgrader's own ClearSolutions replaces each solution region (tools/solutions.py) with its stub, below
+the region's hint line; tools/handout.py unfolds those cells (the book folds them, below a "Try it
+first." line that becomes "Your turn.") and removes the exercises' solution dropdowns; outputs are
+cleared; check cells are kept, locked and checksummed. `nbgrader generate_assignment` with the
+course's config (tools/course.py) makes the same notebooks (tests/student/test_nbgrader.py). The notebooks
 go to OUT/labs/, and the folders beside labs/ that the book's pages need (SUPPORT) to the same
 place under OUT, so that OUT is the folder to hand out. The kit (dplab, labcode) comes from the learners'
 environment, as for the labs themselves.
@@ -14,7 +15,6 @@ environment, as for the labs themselves.
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -27,49 +27,17 @@ ROOT = Path(__file__).resolve().parent.parent
 # Besides the labs, the handout keeps the book's other pages (their launch buttons open them, and
 # Lab 5 runs chapters/ddp_train.py under torchrun) and their figures, at the repository's paths.
 SUPPORT = ["intro.md", "chapters", "img"]
-DROPDOWN = re.compile(r"^:::\{solution\}.*?^:::[ \t]*$\n?", re.M | re.S)  # an exercise's answer
-# The book's "Try it first." paragraph above a folded answer: the learner's copy has a stub there.
-TRY_FIRST = re.compile(r"^\*\*Try it first\.\*\*.*?(?=\n\n|\Z)", re.M | re.S)
-YOUR_TURN = ("**Your turn.** Fill in the stubs below (`raise NotImplementedError`); the checks "
-             "after them test what you write.")
-
-
-def show_code(cell) -> None:
-    """Unfold a cell: the book folds what the learner writes with its output (tag hide-cell,
-    and JupyterLab's source_hidden and outputs_hidden), so that its reader tries first; the
-    learner gets the stub."""
-    tags = [t for t in cell.metadata.get("tags", []) if t not in ("hide-input", "hide-cell")]
-    if tags:
-        cell.metadata["tags"] = tags
-    else:
-        cell.metadata.pop("tags", None)
-    jupyter = cell.metadata.get("jupyter", {})
-    jupyter.pop("source_hidden", None)
-    jupyter.pop("outputs_hidden", None)
-    if not jupyter:
-        cell.metadata.pop("jupyter", None)
-
-
 def preprocessors():
-    """nbgrader's generate_assignment steps that need no gradebook, with our stub."""
+    """nbgrader's generate_assignment steps that need no gradebook, with the handout's own."""
     try:
         from nbgrader.preprocessors import (CheckCellMetadata, ClearOutput, ClearSolutions,
                                             ComputeChecksums, LockCells)
     except ImportError:
         sys.exit("tools/student.py needs nbgrader: run `make student`, which installs "
                  "requirements-teach.txt, or .venv/bin/pip install -r requirements-teach.txt")
+    from handout import Handout
 
-    class HintedClearSolutions(ClearSolutions):
-        """nbgrader's ClearSolutions, with each region's own hint in its stub."""
-
-        def _replace_solution_region(self, cell, language):
-            if cell.cell_type != "code" or not solutions.regions(cell.source):
-                return False
-            cell.source = solutions.stub(cell.source)
-            show_code(cell)
-            return True
-
-    return [CheckCellMetadata(), HintedClearSolutions(), ClearOutput(), LockCells(),
+    return [LockCells(), ClearSolutions(), Handout(), ClearOutput(), CheckCellMetadata(),
             ComputeChecksums()]
 
 
@@ -79,11 +47,6 @@ def student_version(nb):
     resources = {}
     for step in preprocessors():
         nb, resources = step.preprocess(nb, resources)
-    for cell in nb.cells:
-        if cell.cell_type == "markdown" and ":::{solution}" in cell.source:
-            cell.source = DROPDOWN.sub("", cell.source).rstrip("\n")
-        if cell.cell_type == "markdown":
-            cell.source = TRY_FIRST.sub(YOUR_TURN, cell.source)
     return nb
 
 

@@ -218,7 +218,7 @@ def page_problems(context, base: str, html: Path, page_path: str, shots: Path | 
         problems += [f"image did not load: {src}" for src in page.evaluate(IMAGES_JS)]
         problems += [f"a lab's solution marker shown: {line.strip()!r}" for line in
                      page.inner_text("body").splitlines() if "### BEGIN SOLUTION" in line
-                     or "### END SOLUTION" in line]  # for make student only (_ext/solution_markers.py)
+                     or "### END SOLUTION" in line or line.lstrip().startswith("# HINT:")]  # for make student only (_ext/solution_markers.py)
         for url, text in page.evaluate(LINKS_JS):
             why = broken_link(url, base, html)
             if why:

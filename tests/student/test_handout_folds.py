@@ -13,6 +13,7 @@ import solutions  # noqa: E402  (authoring tooling: tools/, not the kit)
 ROOT = Path(__file__).resolve().parent.parent.parent
 LABS = sorted((ROOT / "labs").glob("*.ipynb"))
 sys.path.insert(0, str(ROOT / "tools"))
+from handout import YOUR_TURN  # noqa: E402  (tools/handout.py)
 import student  # noqa: E402  (tools/student.py)
 
 
@@ -45,7 +46,7 @@ def test_the_handout_drops_the_books_try_it_first_lines(lab):
     nb = nbformat.read(lab, as_version=4)
     handout = student.student_version(nb)
     text = "\n".join(c.source for c in handout.cells if c.cell_type == "markdown")
-    assert "Try it first" not in text and student.YOUR_TURN in text
+    assert "Try it first" not in text and YOUR_TURN in text
     assert any("Try it first" in c.source for c in nb.cells), f"{lab.name} has no 'Try it first'"
     headings = [line for c in nb.cells if c.cell_type == "markdown"
                 for line in c.source.splitlines() if line.startswith("#")]
