@@ -12,7 +12,7 @@ export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: setup venv book test test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-torch test-slurm \
-	test-hub test-hub-slurm test-load student grade test-student bench bench-nodes bench-big labs jupyter clean
+	test-hub test-hub-slurm test-load student grade test-student test-nbgrader bench bench-nodes bench-big labs jupyter clean
 
 setup: $(STAMP) $(MATHJAX)
 
@@ -168,6 +168,13 @@ grade: venv
 # (3 engines, every cell); plausible mistakes, failing and hanging ranks, bad input (tests/student).
 test-student: $(TEACH)
 	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider tests/student
+
+# nbgrader's own generate_assignment, autograde and export on a course made from the labs
+# (tools/course.py): every lab's release is make student's, scores 0 as handed out and full marks
+# with its solutions, every cell run at p = 1; each plausible mistake loses its check's points.
+# NBGRADER_LABS=02,03 picks labs (tests/nbgrader). About 5 min.
+test-nbgrader: $(TEACH)
+	$(UNSET_DPLAB) NBGRADER_LABS="$(or $(NBGRADER_LABS),all)" $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/nbgrader
 
 # The labs were just executed by nbval; the book build re-runs only the chapters' cells.
 test-book: setup
