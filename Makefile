@@ -12,7 +12,7 @@ export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: setup venv book test test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-torch test-slurm \
-	test-hub test-hub-slurm test-load student grade test-student test-nbgrader bench bench-nodes bench-big labs jupyter clean
+	test-hub test-hub-slurm test-load student grade grade-class test-student test-nbgrader bench bench-nodes bench-big labs jupyter clean
 
 setup: $(STAMP) $(MATHJAX)
 
@@ -130,7 +130,7 @@ gpu-wheels: venv
 # A private SLURM cluster of 2 nodes on this machine (tools/slurm/start.sh), the tests in
 # tests/slurm on it (the SLURM launch recipes, engines across nodes, Lab 0 on them), then its
 # stop, whatever happens. Needs root; installs Debian's slurm-wlm and munge when missing.
-test-slurm: setup
+test-slurm: setup $(TEACH)
 	tools/slurm/run_tests.sh $(BIN)/python tests/slurm
 
 # An HPC centre's JupyterHub on the private 2-node SLURM cluster: hub/jupyterhub_slurm_config.py
@@ -163,6 +163,15 @@ student: $(TEACH)
 grade: venv
 	@[ -n "$(NB)" ] || { echo "make grade: name the learner's notebook, make grade NB=path/to/NN_lab.ipynb" >&2; exit 2; }
 	$(BIN)/python tools/grade.py "$(NB)"
+
+# Grade a class: make grade-class DIR=submitted (one folder per learner, named by their id).
+# Each notebook a bounded run with its own cluster, as a SLURM job where a controller answers
+# (SLURM_CONF), else one after another here; learners' code runs as an unprivileged account
+# that cannot see DIR or labs/ (needs root). grades.csv as nbgrader export writes it, and a
+# report per learner, in DIR/_grades (tools/grade_class.py; ENGINES=2 by default).
+grade-class: venv
+	@[ -n "$(DIR)" ] || { echo "make grade-class: name the class's folder, make grade-class DIR=path/to/submitted" >&2; exit 2; }
+	$(UNSET_DPLAB) $(BIN)/python tools/grade_class.py "$(DIR)" --engines $(or $(ENGINES),2)
 
 # Every lab's student notebook graded as handed out (2 engines) and with the solutions pasted back
 # (3 engines, every cell); plausible mistakes, failing and hanging ranks, bad input (tests/student).

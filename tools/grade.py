@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import json
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -34,6 +35,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import sandbox as sandboxing  # noqa: E402  (tools/sandbox.py)
 import solutions  # noqa: E402  (authoring tooling, beside this script)
 
 TIMEOUT_S = 900  # the whole notebook: the slowest lab takes about a minute on a 2-core box
@@ -85,7 +87,8 @@ def compact(ename: str, evalue: str) -> str:
     for line in evalue.splitlines():
         m = RANK_ERROR.match(line.strip())
         if m:
-            ranks.setdefault(f"{m.group(2)}: {m.group(3)}", []).append(m.group(1))
+            said = f"{m.group(2)}: {m.group(3)}" if m.group(3).strip() else m.group(2)
+            ranks.setdefault(said, []).append(m.group(1))
     if ename in ("CompositeError", "RemoteError") and ranks:
         return "\n".join(f"{what} (rank{'s' * (len(rs) > 1)} {', '.join(rs)})" for what, rs in ranks.items())
     return f"{ename}: {first_lines(evalue)}" if evalue.strip() else ename
@@ -157,18 +160,43 @@ def descendants(pid: int) -> list[psutil.Process]:
 
 
 def grade(path: Path, *, timeout: float = TIMEOUT_S, cell_timeout: float = CELL_TIMEOUT_S,
-          source_dir: Path = ROOT / "labs", run_all: bool = False) -> Report:
+          source_dir: Path = ROOT / "labs", run_all: bool = False,
+          sandbox: bool = False, hide: tuple[Path, ...] = ()) -> Report:
+    """Grade the notebook; with `sandbox`, its kernel runs as tools/sandbox.py's account, in a
+    copy of the notebook's folder, and sees none of `hide` (nor labs/, .git/, root's home)."""
+    nb, edited = load(path, source_dir)
+    if not sandbox:
+        return run_checks(nb, edited, path, path.resolve().parent, timeout=timeout,
+                          cell_timeout=cell_timeout, run_all=run_all)
+    from jupyter_client import AsyncKernelManager
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    run = sandboxing.new_run(path, [ROOT / "chapters"])
+    specs = Path(tempfile.mkdtemp(prefix="dplab-kernelspec-"))
+    try:
+        name = sandboxing.write_kernelspec(specs, run, list(hide))
+        km = AsyncKernelManager(kernel_name=name, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]))
+        return run_checks(nb, edited, path, run / "labs", timeout=timeout, cell_timeout=cell_timeout,
+                          run_all=run_all, km=km)
+    finally:
+        shutil.rmtree(specs, ignore_errors=True)
+        shutil.rmtree(run, ignore_errors=True)
+
+
+def run_checks(nb, edited: list[str], path: Path, folder: Path, *, timeout: float,
+               cell_timeout: float, run_all: bool, km=None) -> Report:
+    """Run the cells in a kernel started in `folder` (by `km`, if given), and score the checks."""
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-    nb, edited = load(path, source_dir)
     report = Report(path.name, edited=edited)
     for i, cell in enumerate(nb.cells):
         if solutions.is_check(cell):
             meta = solutions.grading(cell)
             report.checks.append(Check(meta["grade_id"], meta["points"], i))
-    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
-                            record_timing=False, resources={"metadata": {"path": str(path.resolve().parent)}})
+    client = NotebookClient(nb, km=km, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
+                            record_timing=False, resources={"metadata": {"path": str(folder)}})
+    client.owns_km = True  # shut the kernel down at the end, whoever made its manager
     seen: dict[int, psutil.Process] = {}
     t0 = time.monotonic()
     ran = set()
@@ -266,13 +294,23 @@ def main() -> int:
     ap.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT_S, help="seconds for one cell")
     ap.add_argument("--json", type=Path, help="also write the report here, as JSON")
     ap.add_argument("--all", action="store_true", help="run the cells after the last check too")
+    ap.add_argument("--sandbox", action="store_true", help="run the learner's code as the "
+                    f"unprivileged account {sandboxing.ACCOUNT}, blind to labs/ and each --hide "
+                    "folder (needs root; tools/sandbox.py)")
+    ap.add_argument("--hide", type=Path, action="append", default=[], metavar="FOLDER",
+                    help="with --sandbox: a folder the learner's code must not see, e.g. the class's")
     ap.add_argument("--source", type=Path, default=ROOT / "labs", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.timeout <= 0 or args.cell_timeout <= 0:
         ap.error("--timeout and --cell-timeout take seconds > 0")
+    if args.hide and not args.sandbox:
+        ap.error("--hide hides folders from the sandbox: add --sandbox")
+    if args.sandbox and sandboxing.unavailable():
+        ap.error(sandboxing.unavailable())
     try:
         report = grade(args.notebook, timeout=args.timeout, cell_timeout=args.cell_timeout,
-                       source_dir=args.source, run_all=args.all)
+                       source_dir=args.source, run_all=args.all, sandbox=args.sandbox,
+                       hide=tuple(args.hide))
     except SystemExit as e:
         print(e, file=sys.stderr)
         return 2

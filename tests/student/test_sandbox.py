@@ -1,0 +1,82 @@
+"""Learners' code runs as nobody in particular (tools/sandbox.py, tools/grade.py --sandbox): a
+notebook that tries to read the gradebook, another learner's submission, labs/ and the
+repository's history, and to write outside its folder, fails every attempt, and is still graded
+in full. Without the sandbox every attempt succeeds, which the second case shows. Needs root."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import submissions  # noqa: E402  (tests/submissions.py)
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB = "00_meet_your_workers.ipynb"  # the fastest lab with checks on every rank
+SPOOL = Path("/var/tmp/dplab-grade")
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root (tools/sandbox.py)")
+
+
+@pytest.fixture
+def course():
+    """A class folder as an instructor keeps one, readable by every account on the machine (only
+    the sandbox hides it), outside /tmp: the gradebook and two learners' submissions."""
+    base = Path(f"/var/tmp/dplab-class-{uuid.uuid4().hex[:8]}")
+    (base / "submitted" / "ada").mkdir(parents=True)
+    (base / "submitted" / "bob").mkdir()
+    (base / "gradebook.csv").write_text("student_id,score\nada,8\n")
+    nbformat.write(submissions.solved(LAB), base / "submitted" / "ada" / LAB)
+    os.chmod(base, 0o755)
+    yield base
+    shutil.rmtree(base)
+
+
+def learner_processes() -> list[int]:
+    return [p.pid for p in psutil.process_iter(["username"]) if p.info["username"] == "dplab-learner"]
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "not sandboxed"])
+def test_a_notebook_that_reaches_for_the_instructors_files_gets_none_and_is_graded(course, sandboxed):
+    outside = course / "written-by-a-learner.txt"
+    reach = {"the gradebook": ("r", str(course / "gradebook.csv")),
+             "another learner's submission": ("r", str(course / "submitted" / "ada" / LAB)),
+             "labs/": ("r", str(ROOT / "labs" / LAB)),
+             "the repository's history": ("r", str(ROOT / ".git")),
+             "the kit's folder, to write": ("w", str(ROOT / "dplab" / "written-by-a-learner.txt")),
+             "the class folder, to write": ("w", str(outside))}
+    nb = submissions.with_cell(submissions.solved(LAB), "lab0-check-ring", submissions.probe(reach))
+    mine = course / "submitted" / "bob" / LAB
+    nbformat.write(nb, mine)
+    report = course / "bob.json"
+    args = ["--sandbox", "--hide", str(course)] if sandboxed else []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "grade.py"), str(mine), "--json",
+                           str(report), *args], env={**env, "DPLAB_ENGINES": "2"},
+                          capture_output=True, text=True, timeout=600)
+    got = json.loads(report.read_text())
+    written = [Path(p) for mode, p in reach.values() if mode == "w" and Path(p).exists()]
+    for path in written:
+        path.unlink()  # so that a failure here leaves nothing either
+    assert got["score"] == got["max_score"] == submissions.points(LAB), done.stdout
+    if sandboxed:
+        assert got["errors"] == [] and written == [], done.stdout
+        assert not learner_processes() and not any(SPOOL.glob("run-*"))
+    else:  # the same notebook, run as the grader: every attempt succeeds
+        assert len(got["errors"]) == 1 and all(what in got["errors"][0] for what in reach), done.stdout
+        assert len(written) == 2
+
+
+def test_without_root_the_sandbox_is_refused_before_anything_starts(tmp_path):
+    nb = tmp_path / LAB
+    nbformat.write(submissions.handed_out(LAB), nb)
+    done = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                           sys.executable, str(ROOT / "tools" / "grade.py"), str(nb), "--sandbox"],
+                          capture_output=True, text=True, timeout=60, cwd="/")
+    assert done.returncode == 2 and "needs root" in done.stderr and "without it" in done.stderr, done.stderr
