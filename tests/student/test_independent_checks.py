@@ -126,6 +126,8 @@ COUPLED = {
 # Labs whose checks are not independent yet (issue 47): the slow test expects them to fail
 # (strictly: remove a lab once it passes).
 PENDING = {
+    "03_allreduce_algorithms": "exercise 2 reads α and β fitted to Measure's sweeps of the "
+                               "hand-written all-reduces; exercise 3, lab3-simulate's runs",
     "04_ddp": "lab4-sync-batchnorm, lab4-ex4-plain-allreduce and the overlap checks "
               "(make_step's 'after' step) also need lab4-allreduce-gradients",
 }
