@@ -1,5 +1,6 @@
-"""make student and make grade, end to end (make test-student): every lab's student notebook,
-graded as handed out (every check fails, saying why) and with the lab's solutions pasted back
+"""make student and make grade, end to end (make test-student): a lab's student notebook graded
+as handed out (every check fails, saying why: make test-nbgrader scores every lab's so), and
+every lab's with its solutions pasted back
 (every check passes, and every cell runs: at p = 3 this is also make test-any-p's p = 3, which
 .ci/run leaves to this test); plausible mistakes fail the check that catches them; a rank that
 raises, dies or hangs, and a dead kernel, fail checks without stopping the grader; nothing is
@@ -119,7 +120,9 @@ def test_the_student_notebook_is_the_lab_without_its_solutions(handout, lab, tmp
            [c.source for c in ours.cells if c.cell_type == "code"]
 
 
-@pytest.mark.parametrize("lab", LABS, ids=lambda p: p.stem)
+# make test-nbgrader autogrades every lab's stubs at 2 engines (they score 0); here, the grader's
+# own report of them, for the lab of the README's example.
+@pytest.mark.parametrize("lab", [ROOT / "labs" / "02_data_parallel_by_hand.ipynb"], ids=lambda p: p.stem)
 def test_as_handed_out_every_check_fails_saying_what_to_write(handout, lab):
     status, report, printed = grade(handout / lab.name)
     assert status == 1, printed
@@ -167,7 +170,9 @@ MISTAKES = {
 }
 
 
-@pytest.mark.parametrize("mistake", MISTAKES)
+# make test-nbgrader grades every mistake, through nbgrader's gradebook; here, the grader's report
+# of the first.
+@pytest.mark.parametrize("mistake", list(MISTAKES)[:1])
 def test_a_plausible_mistake_fails_the_check_that_catches_it(handout, tmp_path, mistake):
     stem, cell, old, new, checks = MISTAKES[mistake]
     lab = ROOT / "labs" / f"{stem}.ipynb"
