@@ -53,7 +53,7 @@ OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 D
 
 test-kit: setup
 	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/browser --ignore=tests/hub --ignore=tests/hub_slurm \
-		--ignore=tests/student tests
+		--ignore=tests/student --ignore=tests/nbgrader tests
 
 # The stored outputs are the CPU's ("device cpu", bf16 autocast, ...): on a GPU machine the nbval
 # passes still run on the CPU, and `make test-gpu` checks the GPU.
