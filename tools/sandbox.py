@@ -108,29 +108,38 @@ def kernel(run: Path, hide: list[Path], connection_file: Path) -> None:
     exec the kernel (never returns)."""
     who = account()
     connection = connection_file.read_bytes()  # in root's runtime folder, hidden below
-    prefix = Path(sys.base_prefix).resolve()  # the Python installation the venv runs on
+    # What the kernel runs on, if a mount below hides it: the Python installation, the venv,
+    # and this repository (its kit). Held aside, in the run folder, until it is back in place.
+    replaced = [Path("/tmp"), Path("/dev/shm"), Path.home().resolve(), *hide]
+    needed = [Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), ROOT]
+    needed = [p for p in needed if not any(p != q and p.is_relative_to(q) for q in needed)]
+    kept = [p for p in dict.fromkeys(needed) if any(p.is_relative_to(r) for r in replaced)]
+    aside = run / ".keep"
+    for i, path in enumerate(kept):
+        (aside / str(i)).mkdir(parents=True)
+        mount("--bind", str(path), str(aside / str(i)))
     mount("-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "tmpfs", "/tmp")
     mount("-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "tmpfs", "/dev/shm")
-    work, home, keep = Path("/tmp/work"), Path("/tmp/home"), Path("/tmp/.keep")
-    for folder in (work, home, keep):
+    work, home = Path("/tmp/work"), Path("/tmp/home")
+    for folder in (work, home):
         folder.mkdir()
     mount("--bind", str(run), str(work))
-    hidden = [Path.home().resolve(), *HIDDEN, *hide]
-    kept = [prefix] if any(prefix.is_relative_to(h) for h in hidden) else []
-    for i, path in enumerate(kept):  # held aside while what holds it is hidden
-        (keep / str(i)).mkdir()
-        mount("--bind", str(path), str(keep / str(i)))
+    hidden = [Path.home().resolve(), *hide]
     for path in hidden:
         if path.is_dir():
             mount("-t", "tmpfs", "-o", "mode=755,size=1m", "tmpfs", str(path))
     for i, path in enumerate(kept):
         path.mkdir(parents=True, exist_ok=True)
-        mount("--move", str(keep / str(i)), str(path))
+        mount("--move", str(aside / str(i)), str(path))
         mount("-o", "remount,bind,ro", str(path))
+    shutil.rmtree(aside)
+    for path in HIDDEN:  # in this repository, where it is now
+        if path.is_dir():
+            mount("-t", "tmpfs", "-o", "mode=755,size=1m", "tmpfs", str(path))
+            mount("-o", "remount,ro", str(path))
     for path in hidden:
         if path.is_dir():
             mount("-o", "remount,ro", str(path))
-    shutil.rmtree(keep)  # emptied by the moves
     mine = work / ".connection.json"
     mine.write_bytes(connection)
     for path in (mine, home):
