@@ -101,12 +101,15 @@ def stub_hints(source: str) -> list[str]:
             if solutions.HINT.match(a) and b == solutions.NBGRADER_STUB[0]]
 
 
-def error_of(cell) -> str:
-    """The cell's error output, compacted, with the hint of a stub the learner left; '' if none."""
+def error_of(cell, before=()) -> str:
+    """The cell's error output, compacted, with the hint of a stub the learner left: in the
+    cell, else the last one in the cells `before` it (a function it calls); '' if no error."""
     for out in cell.get("outputs", []):
         if out.get("output_type") == "error":
             said = compact(out["ename"], out["evalue"])
-            hints = stub_hints(cell.source) if "NotImplementedError" in said else []
+            hints = []
+            if "NotImplementedError" in said:
+                hints = stub_hints(cell.source) or [h for c in before for h in stub_hints(c.source)][-1:]
             return said + (f"\n  a stub is left to write, below '# HINT: {hints[0]}'" if hints else "")
     return ""
 
@@ -247,7 +250,7 @@ def run_checks(nb, edited: list[str], path: Path, folder: Path, *, timeout: floa
     first_error = ""
     for index, cell in enumerate(nb.cells):
         expected = "raises-exception" in cell.metadata.get("tags", [])
-        err = "" if expected or index not in ran else error_of(cell)
+        err = "" if expected or index not in ran else error_of(cell, nb.cells[:index])
         check = next((c for c in report.checks if c.cell == index), None)
         if check:
             if index not in ran:
