@@ -5,9 +5,11 @@ import sys
 from pathlib import Path
 
 import nbformat
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
+import sandbox  # noqa: E402  (tools/sandbox.py)
 import solutions  # noqa: E402  (authoring tooling: tools/, not the kit)
 import student  # noqa: E402  (tools/student.py)
 
@@ -74,3 +76,9 @@ for what, mode, path in [
         pass
 assert not reached, "the learner's code reached " + ", ".join(reached)
 print("nothing reached")"""
+
+
+def learner_processes() -> list[int]:
+    """Every live process of the sandbox's account (tools/sandbox.py)."""
+    return [p.pid for p in psutil.process_iter(["username"])
+            if p.info["username"] == sandbox.ACCOUNT]

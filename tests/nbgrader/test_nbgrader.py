@@ -11,7 +11,6 @@ mistakes on 2, where a stub that leaves ranks waiting for each other, or a sum t
 average, would show."""
 import csv
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -31,7 +30,10 @@ import solutions  # noqa: E402  (authoring tooling: tools/, not the kit)
 import student  # noqa: E402  (tools/student.py: make student)
 
 sys.path.insert(0, str(ROOT / "tests" / "student"))
-from test_student_notebooks import MISTAKES  # noqa: E402  (one list of plausible mistakes)
+from test_student_notebooks import MISTAKES, cluster_processes  # noqa: E402  (one list of each)
+
+sys.path.insert(0, str(ROOT / "tests"))
+from submissions import points  # noqa: E402  (tests/submissions.py)
 
 BIN = Path(sys.executable).parent
 ALL = sorted((ROOT / "labs").glob("*.ipynb"))
@@ -39,17 +41,6 @@ WANTED = os.environ.get("NBGRADER_LABS", "all")
 LABS = ALL if WANTED == "all" else [lab for lab in ALL if lab.name[:2] in WANTED.split(",")]
 MISTAKE_ENGINES = "2"  # at p = 1 a sum is its average: the first mistake would not show
 LAB_TIMEOUT_S = 900  # one lab's autograde, every submission: the slowest lab takes ~2 min
-PARTS = re.compile(r"ipengine|ipyparallel|hydra_pmi_proxy|mpiexec|ipykernel_launcher|dplab\.cluster")
-
-
-def cluster_processes() -> set[int]:
-    found = set()
-    for p in psutil.process_iter(["pid", "cmdline", "status"]):
-        if PARTS.search(" ".join(p.info["cmdline"] or [])) and p.info["status"] != psutil.STATUS_ZOMBIE:
-            found.add(p.info["pid"])
-    return found
-
-
 def nbgrader(course: Path, *args: str, timeout: float = 120, engines: str = "1") -> str:
     """Run `nbgrader ARGS` in the course with `engines` engines, bounded: on time out its whole
     process group is killed. Its printout; AssertionError when it fails or logs an error."""
@@ -86,7 +77,7 @@ def mistakes_of(lab: Path) -> dict[str, tuple]:
 def graded():
     """The course after generate_assignment, autograde and export of every lab: (course, the
     scores by (lab, learner), each lab's seconds). The course is removed afterwards."""
-    before = cluster_processes()
+    before = set(cluster_processes())
     shm = set(os.listdir("/dev/shm"))
     course = Path(tempfile.mkdtemp(prefix="dplab-course-"))
     try:
@@ -128,7 +119,7 @@ def graded():
         yield course, scores, failed
     finally:
         shutil.rmtree(course, ignore_errors=True)
-        _, alive = psutil.wait_procs([psutil.Process(p) for p in cluster_processes() - before
+        _, alive = psutil.wait_procs([psutil.Process(p) for p in set(cluster_processes()) - before
                                       if psutil.pid_exists(p)], timeout=20)
         left = [p.pid for p in alive]
         for p in alive:
@@ -136,11 +127,6 @@ def graded():
         assert not left, f"autograde left processes running: {left}"
         assert not {f for f in set(os.listdir("/dev/shm")) - shm if f.startswith("mpich")}
         assert not course.exists()
-
-
-def points(lab: Path) -> float:
-    return sum(solutions.grading(c)["points"] for c in nbformat.read(lab, as_version=4).cells
-               if solutions.is_check(c))
 
 
 @pytest.mark.parametrize("lab", LABS, ids=lambda p: p.stem)
@@ -160,13 +146,13 @@ def test_the_release_is_make_students_handout(graded, lab):
 @pytest.mark.parametrize("lab", LABS, ids=lambda p: p.stem)
 def test_as_handed_out_the_lab_scores_zero(graded, lab):
     _, scores, _ = graded
-    assert scores[lab.stem, "stubs"] == (0, points(lab))
+    assert scores[lab.stem, "stubs"] == (0, points(lab.name))
 
 
 @pytest.mark.parametrize("lab", LABS, ids=lambda p: p.stem)
 def test_the_solutions_score_full_marks_and_every_cell_runs(graded, lab):
     course, scores, _ = graded
-    assert scores[lab.stem, "solutions"] == (points(lab), points(lab))
+    assert scores[lab.stem, "solutions"] == (points(lab.name), points(lab.name))
     ours = nbformat.read(lab, as_version=4)
     ran = nbformat.read(course / "autograded" / "solutions" / lab.stem / lab.name, as_version=4)
     errors = [f"cell {i}: {o.ename}: {o.evalue[:300]}" for i, (c, mine) in enumerate(zip(ran.cells, ours.cells))
@@ -181,7 +167,6 @@ def test_a_plausible_mistake_loses_exactly_its_checks_points(graded, mistake):
     stem, _, _, _, checks = MISTAKES[mistake]
     lab = ROOT / "labs" / f"{stem}.ipynb"
     who = f"mistake{list(mistakes_of(lab)).index(mistake)}"
-    lost = sum(solutions.grading(c)["points"] for c in nbformat.read(lab, as_version=4).cells
-               if solutions.is_check(c) and solutions.grading(c)["grade_id"] in checks)
+    lost = points(lab.name, checks)
     assert failed[stem, who] == set(checks)
-    assert scores[stem, who] == (points(lab) - lost, points(lab))
+    assert scores[stem, who] == (points(lab.name) - lost, points(lab.name))

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import nbformat
-import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -63,10 +62,6 @@ def class_of(folder: Path) -> dict[str, float]:
     return {who: score for who, (_, score) in work.items()}
 
 
-def learner_processes() -> list[int]:
-    return [p.pid for p in psutil.process_iter(["username"]) if p.info["username"] == "dplab-learner"]
-
-
 def test_a_class_of_eight_is_graded_as_jobs_each_score_right_and_nothing_left():
     base = Path(f"/var/tmp/dplab-class-{os.getpid()}")
     folder = base / "submitted"
@@ -97,7 +92,7 @@ def test_a_class_of_eight_is_graded_as_jobs_each_score_right_and_nothing_left():
     finally:
         shutil.rmtree(base, ignore_errors=True)
     deadline = time.monotonic() + 20
-    while (jobs() or job_processes() or learner_processes()) and time.monotonic() < deadline:
+    while (jobs() or job_processes() or submissions.learner_processes()) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert jobs() == [] and job_processes() == [] and learner_processes() == []
+    assert jobs() == [] and job_processes() == [] and submissions.learner_processes() == []
     assert not any(Path("/var/tmp/dplab-grade").glob("run-*"))

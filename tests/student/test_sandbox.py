@@ -11,7 +11,6 @@ import uuid
 from pathlib import Path
 
 import nbformat
-import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -36,10 +35,6 @@ def course():
     os.chmod(base, 0o755)
     yield base
     shutil.rmtree(base)
-
-
-def learner_processes() -> list[int]:
-    return [p.pid for p in psutil.process_iter(["username"]) if p.info["username"] == "dplab-learner"]
 
 
 @pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "not sandboxed"])
@@ -67,7 +62,7 @@ def test_a_notebook_that_reaches_for_the_instructors_files_gets_none_and_is_grad
     assert got["score"] == got["max_score"] == submissions.points(LAB), done.stdout
     if sandboxed:
         assert got["errors"] == [] and written == [], done.stdout
-        assert not learner_processes() and not any(SPOOL.glob("run-*"))
+        assert not submissions.learner_processes() and not any(SPOOL.glob("run-*"))
     else:  # the same notebook, run as the grader: every attempt succeeds
         assert len(got["errors"]) == 1 and all(what in got["errors"][0] for what in reach), done.stdout
         assert len(written) == 2
