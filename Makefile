@@ -7,6 +7,9 @@ STAMP := $(VENV)/.installed
 # MathJax from npm, served from the book's own _static (_ext/local_mathjax.py): no CDN.
 MATHJAX_VERSION := 3.2.2
 MATHJAX := $(VENV)/share/mathjax/.installed-$(MATHJAX_VERSION)
+# nbgrader (requirements-teach.txt), for instructor mode and its tests. Defined before any rule
+# names it: make expands a rule's prerequisites where it reads the rule.
+TEACH := $(VENV)/.teach-installed
 # ipyparallel finds mpiexec (from the mpich wheel) on PATH.
 export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
@@ -149,7 +152,6 @@ test-hub: setup
 	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider -rs tests/hub
 
 # Instructor mode (README, "Teaching with the book"). nbgrader, for make student, in the same venv.
-TEACH := $(VENV)/.teach-installed
 $(TEACH): requirements-teach.txt $(STAMP)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-teach.txt
 	touch $@

@@ -31,3 +31,10 @@ def test_the_book_still_installs_mathjax(tmp_path):
 def test_nbval_passes_run_on_the_cpu_whatever_the_machine_has(target, tmp_path):
     nbval = next(line for line in dry_run(target, tmp_path).splitlines() if "--nbval" in line)
     assert "DPLAB_DEVICE=cpu" in nbval, "on a GPU machine the labs would pick CUDA and print other outputs"
+
+
+@pytest.mark.parametrize("target", ["student", "test-student", "test-nbgrader", "test-slurm"])
+def test_targets_that_grade_install_nbgrader_on_a_fresh_machine(target, tmp_path):
+    # test-slurm grades a class (tests/slurm/test_grade_class.py). A prerequisite named by a
+    # variable defined below its rule expands to nothing, and CI failed for want of nbgrader.
+    assert "requirements-teach.txt" in dry_run(target, tmp_path)
