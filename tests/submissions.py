@@ -1,6 +1,8 @@
 """Learners' notebooks for the grading tests (tests/student, tests/slurm): the handed-out copy of
 a lab, its solutions pasted back, a cell put in, and a probe of what the learner's code can
 reach. Made in memory from the labs by tools/student.py's own functions."""
+import datetime
+import os
 import sys
 from pathlib import Path
 
@@ -82,3 +84,20 @@ def learner_processes() -> list[int]:
     """Every live process of the sandbox's account (tools/sandbox.py)."""
     return [p.pid for p in psutil.process_iter(["username"])
             if p.info["username"] == sandbox.ACCOUNT]
+
+
+def chosen(labs: list[Path], variable: str, offset: int = 0) -> list[Path]:
+    """The labs a slow grading test runs: the environment's `variable` (all, or numbers such as
+    02,06), else one lab by the day of the year (moved on by `offset`, so that two tests that
+    rotate grade different labs on the same day). The test says which it picked."""
+    want = os.environ.get(variable, "").strip()
+    if want == "all":
+        picked = labs
+    elif want:
+        picked = [lab for lab in labs if lab.name[:2] in want.replace(" ", "").split(",")]
+        assert picked, f"{variable}={want}: no such lab"
+    else:
+        picked = [labs[(datetime.date.today().timetuple().tm_yday + offset) % len(labs)]]
+    print(f"{variable}: grading {', '.join(lab.stem for lab in picked)} "
+          f"({variable}=all or ={picked[0].name[:2]},... chooses)", file=sys.__stderr__)
+    return picked

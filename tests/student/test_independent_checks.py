@@ -14,8 +14,6 @@ DPLAB_ENGINES=2 (tools/grade.py), and asserts that exactly the checks whose cell
 pasted back pass, for their points. Grading every lab so takes long: by default it grades one
 lab, by the day of the year, and says which; INDEPENDENT_LABS=all, or =02,06, chooses.
 """
-import datetime
-import os
 import sys
 from pathlib import Path
 
@@ -26,6 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import solutions  # noqa: E402  (authoring tooling: tools/, not the kit)
 
 from test_student_notebooks import LABS, ROOT, grade  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tests"))
+import submissions  # noqa: E402  (tests/submissions.py)
 
 # check grade_id -> the solution cell it depends on, where `labN-check-X` is not `labN-X`
 DEPENDS = {
@@ -101,6 +102,11 @@ COUPLED = {
         "lab1-check-replicas": ("lab1-train", "lab1-shard"),
         "lab1-check-ex-bytes-and-batches": ("lab1-train", "lab1-ex-bytes-and-batches"),
     },
+    "04_ddp": {
+        # exercise 4 subclasses HandSyncBatchNorm1d: its global_sums, in the forward
+        # pass that lab4-sync-batchnorm writes
+        "lab4-check-ex4-plain-allreduce": ("lab4-sync-batchnorm", "lab4-ex4-plain-allreduce"),
+    },
     "06_transformer_ddp": {
         # the training step is checked by training the model (step 2's NumberToWords)
         "lab6-check-ddp-equals-one-process": ("lab6-model-masks", "lab6-noam-and-step"),
@@ -123,14 +129,9 @@ COUPLED = {
                                            "lab8-ex3-staleness-aware"),
     },
 }
-# Labs whose checks are not independent yet (issue 47): the slow test expects them to fail
-# (strictly: remove a lab once it passes).
-PENDING = {
-    "03_allreduce_algorithms": "exercise 2 reads α and β fitted to Measure's sweeps of the "
-                               "hand-written all-reduces; exercise 3, lab3-simulate's runs",
-    "04_ddp": "lab4-sync-batchnorm, lab4-ex4-plain-allreduce and the overlap checks "
-              "(make_step's 'after' step) also need lab4-allreduce-gradients",
-}
+# Labs whose checks are not independent yet: the slow test expects them to fail (strictly:
+# remove a lab once it passes). None left.
+PENDING: dict[str, str] = {}
 ENGINES = "2"
 
 
@@ -148,22 +149,7 @@ def cells(lab: Path) -> tuple[list[str], dict[str, tuple[str, ...]]]:
     return sols, depends
 
 
-def chosen() -> list[Path]:
-    """The labs the slow test grades: INDEPENDENT_LABS (all, or numbers: 02,06), else one lab
-    by the day of the year."""
-    want = os.environ.get("INDEPENDENT_LABS", "").strip()
-    if want == "all":
-        return LABS
-    if want:
-        picked = [lab for lab in LABS if lab.name[:2] in want.replace(" ", "").split(",")]
-        assert picked, f"INDEPENDENT_LABS={want}: no such lab"
-        return picked
-    return [LABS[datetime.date.today().timetuple().tm_yday % len(LABS)]]
-
-
-CHOSEN = chosen()
-print(f"test_independent_checks grades {', '.join(lab.stem for lab in CHOSEN)} "
-      "(INDEPENDENT_LABS=all or =02,06 chooses)", file=sys.__stderr__)
+CHOSEN = submissions.chosen(LABS, "INDEPENDENT_LABS")
 
 
 @pytest.mark.parametrize("lab", LABS, ids=lambda p: p.stem)
