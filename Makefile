@@ -71,8 +71,9 @@ test-labs-other-cpu: setup
 # Every lab, every cell, with its asserts and the nbval comparison of its stored outputs, on another
 # release of torch (PyPI's build, installed once into .torch/X.Y.Z/ beside the venv and put first on
 # PYTHONPATH for the kernels and their engines). ON=other-cpu runs it as test-labs-other-cpu does;
-# ON=two-learners beside a second learner who runs every timing lab at the same time, on the same
-# torch, as make test-load's "two" does (tools/second_learner.py; both must pass).
+# ON=two-learners beside a second learner who runs every lab at p = 3 at the same time, asserts
+# only, on the same torch, as make test-load's "two" does (tools/second_learner.py; both must
+# pass): that learner is also make test-any-p's p = 3.
 # RECORD=1 puts the verdict in benchmarks/results/test_torch.txt, which the intro page shows.
 # A TORCH that is not a supported release stops before anything is installed.
 TORCH ?=
@@ -86,13 +87,15 @@ test-torch: venv
 	mkdir -p _build
 	set -o pipefail; $(UNSET_DPLAB) PYTHONPATH=$(CURDIR)/.torch/$(TORCH) DPLAB_DEVICE=cpu \
 		$(if $(filter other-cpu,$(ON)),$(OTHER_CPU) $(BIN)/python tools/busy_core.py) \
-		$(if $(filter two-learners,$(ON)),$(BIN)/python tools/second_learner.py) $(NBVAL) labs \
+		$(if $(filter two-learners,$(ON)),$(BIN)/python tools/second_learner.py --engines 3 \
+			$(foreach l,$(sort $(wildcard labs/*.ipynb)),--lab $(l))) $(NBVAL) labs \
 		| tee _build/test-torch-$(TORCH)-$(ON).log; rc=$$?; \
 		[ -z "$(RECORD)" ] || $(BIN)/python tools/torch_release.py --record $(TORCH) $(ON) _build/test-torch-$(TORCH)-$(ON).log; \
 		exit $$rc
 
-# Every lab at p = 1 and p = 3, asserts only (stored outputs are those of p = 4). ANY_P="1" runs
-# p = 1 alone: .ci/run does, because make test-student runs every lab at p = 3, every cell.
+# Every lab at p = 1 and p = 3, asserts only (stored outputs are those of p = 4). .ci/run runs
+# neither: make test-nbgrader runs every lab's every cell at p = 1, and make test-torch
+# ON=two-learners's second learner every lab at p = 3.
 ANY_P ?= 1 3
 test-any-p: venv
 	$(UNSET_DPLAB) $(BIN)/python tools/run_labs.py $(foreach q,$(ANY_P),--setting p=$(q):DPLAB_ENGINES=$(q))

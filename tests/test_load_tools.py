@@ -98,7 +98,20 @@ def test_second_learner_refuses_what_is_not_a_command_or_a_notebook_before_start
     assert out.returncode != 0 and "is not a command" in out.stderr
     out = second_learner("--lab", str(tmp_path / "missing.ipynb"), "true")
     assert out.returncode != 0 and "no such notebook" in out.stderr
+    for bad in ("0", "three", "9"):
+        out = second_learner("--engines", bad, "true")
+        assert out.returncode != 0 and "give a whole number of engines, 1 to 8" in out.stderr
     assert descendants() - before == set()
+
+
+def test_second_learner_runs_its_labs_on_the_engines_it_is_given(tmp_path):
+    # make test-torch ON=two-learners counts this learner as make test-any-p's p = 3
+    lab = notebook(tmp_path / "labs" / "p.ipynb",
+                   "import os\nassert os.environ.get('DPLAB_ENGINES') == '3', os.environ.get('DPLAB_ENGINES')")
+    out = second_learner("--engines", "3", "--lab", str(lab), "true")
+    assert out.returncode == 0 and "second learner: p.ipynb: ok" in out.stdout, out.stdout + out.stderr
+    out = second_learner("--engines", "2", "--lab", str(lab), "true")
+    assert out.returncode == 1 and "second learner: 0 passed, 1 failed" in out.stdout, out.stdout
 
 
 def test_second_learner_fails_when_the_command_or_the_learner_fails(tmp_path):

@@ -1,9 +1,11 @@
 """Run a command with a second learner on the node beside it (make test-load's "two"):
-`python tools/second_learner.py [--lab NB ...] CMD [ARG ...]`; exits non-zero when either failed.
+`python tools/second_learner.py [--engines N] [--lab NB ...] CMD [ARG ...]`; exits non-zero
+when either failed.
 
 The learner runs every timing lab (or the --lab notebooks) in turn, asserts only, in copies of
-its own and with its own cluster, on the Python, torch and settings of this environment; it
-starts with the command. Its verdict on each lab is printed as it comes, then a table of its
+its own and with its own cluster, on the Python, torch and settings of this environment (with
+--engines, DPLAB_ENGINES=N: make test-torch's ON=two-learners runs every lab at p = 3 so, which
+is make test-any-p's p = 3); it starts with the command. Its verdict on each lab is printed as it comes, then a table of its
 timing checks' values and bands. It may run on after the command ends, and is waited for (at
 most load_labs' CONDITION_TIMEOUT_S from the start). Nothing outlives this process, even when it
 is killed with SIGKILL: the command gets SIGKILL with it (PR_SET_PDEATHSIG), and the learner
@@ -34,9 +36,15 @@ def die_with_parent() -> None:
 
 
 def main(argv: list[str]) -> int:
-    labs = []
-    while argv[:1] == ["--lab"] and len(argv) > 1:  # the learner's labs, instead of every timing lab
-        labs.append(Path(argv[1]).resolve())
+    labs, env = [], {}
+    while argv[:1] in (["--lab"], ["--engines"]) and len(argv) > 1:
+        if argv[0] == "--lab":  # the learner's labs, instead of every timing lab
+            labs.append(Path(argv[1]).resolve())
+        elif not argv[1].isdigit() or not 1 <= int(argv[1]) <= 8:
+            sys.exit(f"second_learner.py: --engines {argv[1]!r}: give a whole number of engines, "
+                     "1 to 8, as the labs take (DPLAB_ENGINES)")
+        else:
+            env["DPLAB_ENGINES"] = argv[1]
         argv = argv[2:]
     if not argv:
         sys.exit("usage: python tools/second_learner.py [--lab NB ...] CMD [ARG ...]: the command to run "
@@ -47,7 +55,7 @@ def main(argv: list[str]) -> int:
     if missing:
         sys.exit(f"second_learner.py: no such notebook: {', '.join(missing)}")
     labs = labs or load_labs.timing_labs()
-    learner = load_labs.start_learner(labs, {})
+    learner = load_labs.start_learner(labs, env)
     rows: list[dict] = []
 
     def report() -> None:  # each verdict as it comes
