@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
-from dplab.cluster import engine
+from dplab.cluster import engine, jobs
 from dplab.cluster.settings import Settings
 
 settings = Settings.for_job(device="cpu")
@@ -31,4 +31,4 @@ dist.all_reduce(t)
 mpi_sum = comm.allreduce((torch.arange(2) + 1 + 2 * info.rank).numpy())
 assert t.tolist() == mpi_sum.tolist(), (t, mpi_sum)
 print(f"rank {info.rank}/{info.world_size}: {t.tolist()}", flush=True)
-engine.finalize()
+jobs.leave()  # a barrier first: no rank tears down Gloo pairs that another still uses

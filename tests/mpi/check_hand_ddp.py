@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dplab.cluster import engine
+from dplab.cluster import engine, jobs
 from dplab.cluster.settings import Settings
 from labcode.overlap import HandDDP, OverlapAllReduce
 
@@ -165,4 +165,4 @@ hooks.wait()  # the first backward's all-reduces, launched on every rank
 checks["twice"] = "a second backward pass before wait()" in message
 sys.stdout.write(f"rank {rank}: " + " ".join(f"{k} {v}" for k, v in checks.items()) + "\n")
 sys.stdout.flush()
-engine.finalize()
+jobs.leave()  # a barrier first: no rank tears down Gloo pairs that another still uses

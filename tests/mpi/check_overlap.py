@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dplab.cluster import engine
+from dplab.cluster import engine, jobs
 from dplab.cluster.settings import Settings
 from dplab.models import mlp
 from labcode.overlap import OverlapAllReduce, allreduce_gradients, ddp_bucket_bytes, reverse_buckets
@@ -38,4 +38,4 @@ hand_sizes = [sum(p.numel() * 4 for p in b) for b in reverse_buckets(list(ddp.mo
 d_hook = (g_hook - g_after).abs().max().item()
 d_ddp = (g_ddp - g_after).abs().max().item()
 print(f"rank {info.rank}: hook {d_hook <= 1e-6} ddp {d_ddp <= 1e-6} buckets {ddp_sizes == hand_sizes} n={len(hand_sizes)}")
-engine.finalize()
+jobs.leave()  # a barrier first: no rank tears down Gloo pairs that another still uses

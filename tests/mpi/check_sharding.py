@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.nn.utils import parameters_to_vector
 
-from dplab.cluster import engine
+from dplab.cluster import engine, jobs
 from dplab.cluster.settings import Settings
 from dplab.models import mlp
 from dplab.traffic import count_collectives, counting_allreduce_hook
@@ -49,4 +49,4 @@ sys.stdout.write(f"rank {info.rank}: same {d <= 1e-12} state {optimizer_state_by
       f"calls {kinds == ['all_reduce', 'reduce_scatter', 'all_gather'] * 3} hooked {len(hooked) == 3} sizes {sizes_ok} "
       f"replay {replay_ok}\n")  # one write: ranks share stdout
 sys.stdout.flush()
-engine.finalize()
+jobs.leave()  # a barrier first: no rank tears down Gloo pairs that another still uses

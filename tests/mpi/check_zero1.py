@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dplab.cluster import engine
+from dplab.cluster import engine, jobs
 from dplab.cluster.settings import Settings
 from labcode.sharding import ZeRO1
 
@@ -200,4 +200,4 @@ checks["refuses_new_group"] = refused(lambda: opt.add_param_group({"params": [nn
                                       NotImplementedError, "give every param group to its constructor")
 sys.stdout.write(f"rank {rank}: " + " ".join(f"{k} {v}" for k, v in checks.items()) + "\n")
 sys.stdout.flush()
-engine.finalize()
+jobs.leave()  # a barrier first: no rank tears down Gloo pairs that another still uses

@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
-from dplab.cluster import engine
+from dplab.cluster import engine, jobs
 from dplab.cluster.settings import Settings
 
 info = engine.setup(Settings.for_job(device="cpu"))
@@ -22,4 +22,4 @@ for rank in range(info.world_size):  # one rank at a time, so lines never interl
         print(json.dumps({"rank": info.rank, "store_port": info.port, "listening": listening,
                           "control_port": control_port}), flush=True)
     MPI.COMM_WORLD.Barrier()
-engine.finalize()
+jobs.leave()  # a barrier first: no rank tears down Gloo pairs that another still uses
