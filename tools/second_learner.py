@@ -4,9 +4,9 @@ when either failed.
 
 The learner runs every timing lab (or the --lab notebooks) in turn, asserts only, in copies of
 its own and with its own cluster, on the Python, torch and settings of this environment (with
---engines, DPLAB_ENGINES=N: make test-torch's ON=two-learners runs every lab at p = 3 so, which
-is make test-any-p's p = 3); it starts with the command. Its verdict on each lab is printed as it comes, then a table of its
-timing checks' values and bands. It may run on after the command ends, and is waited for (at
+--engines N, on N engines: make test-torch's ON=two-learners runs every lab at p = 3 so, which
+is make test-any-p's p = 3); it starts with the command. Its verdict on each lab is printed as
+it comes, then a table of its timing checks' values and bands. It may run on after the command ends, and is waited for (at
 most load_labs' CONDITION_TIMEOUT_S from the start). Nothing outlives this process, even when it
 is killed with SIGKILL: the command gets SIGKILL with it (PR_SET_PDEATHSIG), and the learner
 stops its labs when its parent goes (load_labs.run_learner).
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
             env["DPLAB_ENGINES"] = argv[1]
         argv = argv[2:]
     if not argv:
-        sys.exit("usage: python tools/second_learner.py [--lab NB ...] CMD [ARG ...]: the command to run "
+        sys.exit("usage: python tools/second_learner.py [--engines N] [--lab NB ...] CMD [ARG ...]: the command to run "
                  "beside a learner")
     if shutil.which(argv[0]) is None:
         sys.exit(f"second_learner.py: {argv[0]!r} is not a command: give the command to run and its arguments")
