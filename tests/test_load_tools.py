@@ -11,6 +11,7 @@ import nbformat
 import psutil
 
 from conftest import descendants, wait_until_gone
+from dplab.cluster.settings import max_engines
 from processes import running
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
@@ -98,9 +99,9 @@ def test_second_learner_refuses_what_is_not_a_command_or_a_notebook_before_start
     assert out.returncode != 0 and "is not a command" in out.stderr
     out = second_learner("--lab", str(tmp_path / "missing.ipynb"), "true")
     assert out.returncode != 0 and "no such notebook" in out.stderr
-    for bad in ("0", "three", "9"):
+    for bad in ("0", "three", str(max_engines() + 1)):  # the labs' own bounds (dplab settings)
         out = second_learner("--engines", bad, "true")
-        assert out.returncode != 0 and "give a whole number of engines, 1 to 8" in out.stderr
+        assert out.returncode != 0 and f"--engines {bad}: engine count" in out.stderr, out.stderr
     assert descendants() - before == set()
 
 

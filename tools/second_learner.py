@@ -26,6 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import load_labs  # noqa: E402  (scripts beside this one)
 import run_labs  # noqa: E402
+from dplab.cluster.errors import ClusterError  # noqa: E402
+from dplab.cluster.settings import Settings  # noqa: E402
 
 PR_SET_PDEATHSIG = 1
 
@@ -40,11 +42,11 @@ def main(argv: list[str]) -> int:
     while argv[:1] in (["--lab"], ["--engines"]) and len(argv) > 1:
         if argv[0] == "--lab":  # the learner's labs, instead of every timing lab
             labs.append(Path(argv[1]).resolve())
-        elif not argv[1].isdigit() or not 1 <= int(argv[1]) <= 8:
-            sys.exit(f"second_learner.py: --engines {argv[1]!r}: give a whole number of engines, "
-                     "1 to 8, as the labs take (DPLAB_ENGINES)")
-        else:
-            env["DPLAB_ENGINES"] = argv[1]
+        else:  # checked as the labs' clusters check DPLAB_ENGINES, before anything starts
+            try:
+                env["DPLAB_ENGINES"] = str(Settings.read("p", argv[1]))
+            except ClusterError as e:
+                sys.exit(f"second_learner.py: --engines {argv[1]}: {e}")
         argv = argv[2:]
     if not argv:
         sys.exit("usage: python tools/second_learner.py [--engines N] [--lab NB ...] CMD [ARG ...]: the command to run "
