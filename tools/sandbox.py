@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ACCOUNT = "dplab-learner"
+ACCOUNT = "dplab-sandbox"  # not the hub tests' learner: they make and remove "dplab-learner"
 SPOOL = Path("/var/tmp/dplab-grade")  # runs' folders: root's, mode 700; each run's, ACCOUNT's
 HIDDEN = [ROOT / "labs", ROOT / ".git", ROOT / "_build"]  # the solutions and their history
 KEEP_ENV = ("PATH", "JPY_PARENT_PID", "JPY_SESSION_NAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "CUDA_VISIBLE_DEVICES",

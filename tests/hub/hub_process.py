@@ -1,9 +1,11 @@
 """Start a JupyterHub on 127.0.0.1 that loads the sample hub/jupyterhub_config.py, with the test's
 own authenticator, spawner, addresses and state (under _build/hub/), and find its processes."""
+import ctypes
 import importlib.util
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +25,13 @@ USER = "learner"
 ENGINES = 3  # not the labs' default 4, so the lab's engine count can only come from the spawner
 MARK = "DPHUB_TEST"  # in the environment of every process the hub starts, at any depth
 START_S, STOP_S = 60, 30
+PR_SET_PDEATHSIG = 1
+
+
+def stop_with_the_test() -> None:
+    """In the hub's process, before exec: SIGTERM when the test's process ends, however it ends
+    (SIGKILL included), so that the hub stops its servers and proxy even without stop_hub."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 # Lab settings for the learner: no autosave (the stored lab must not change), every cell in the
 # DOM (no virtual scrolling), no news fetched from the internet.
 LAB_SETTINGS = {
@@ -132,7 +141,7 @@ def start_hub(config: pathlib.Path, mark: str, port: int, log: pathlib.Path,
                 **settings})
     with open(log, "w") as out:
         proc = subprocess.Popen([str(BIN / "jupyterhub"), "-f", str(config)], cwd=config.parent, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+                                stdout=out, stderr=subprocess.STDOUT, preexec_fn=stop_with_the_test)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for_hub(url, proc, log)

@@ -32,9 +32,14 @@ def learner():
     shutil.rmtree(STATE, ignore_errors=True)
     home.parent.mkdir(parents=True)
     try:
-        pwd.getpwnam(USER)
+        found = pwd.getpwnam(USER)
     except KeyError:
         subprocess.run(["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/bash", USER], check=True)
+    else:  # only a leftover of these tests (killed before their teardown) is theirs to reuse and remove
+        if found.pw_dir != str(home):
+            pytest.fail(f"a Unix account {USER!r} already exists, with home {found.pw_dir}: not one these tests "
+                        f"made (theirs has home {home}), so they will neither use nor remove it. Run the tests "
+                        "where no such account exists, or remove it (userdel) if it is a leftover of yours.")
     home.mkdir()
     shutil.chown(home, USER, USER)
     yield types.SimpleNamespace(name=USER, home=home)

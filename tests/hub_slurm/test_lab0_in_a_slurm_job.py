@@ -13,7 +13,7 @@ import time
 
 import psutil
 import pytest
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout, sync_playwright
 
 from chromium import CHROMIUM, CHROMIUM_ARGS
 from slurm_hub import ENGINES, STATE, mpich_files
@@ -50,7 +50,12 @@ def spawn(page, hub, nodes: int) -> None:
     log_in(page, hub, r"/hub/spawn")  # the spawn form: how many nodes
     page.select_option("#nodes", str(nodes))
     page.click("input[type=submit], button[type=submit]")
-    page.wait_for_url(re.compile(rf"/user/{hub.user}/lab"), timeout=SPAWN_S * 1000)
+    try:
+        page.wait_for_url(re.compile(rf"/user/{hub.user}/lab"), timeout=SPAWN_S * 1000)
+    except PlaywrightTimeout:
+        # Why: the job's submission, start and failure, in the hub's words.
+        said = [line for line in hub.log.read_text().splitlines() if "batchspawner" in line or line.startswith("[E")]
+        pytest.fail(f"the server's job did not answer within {SPAWN_S} s; the hub's log said:\n" + "\n".join(said[-12:]))
     open_the_lab(page, hub)
 
 

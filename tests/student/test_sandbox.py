@@ -82,3 +82,14 @@ def test_without_root_the_sandbox_is_refused_before_anything_starts(tmp_path, mo
         grade.main()
     said = capsys.readouterr().err
     assert stopped.value.code == 2 and "needs root" in said and "without it" in said, said
+
+
+def test_the_sandbox_account_is_not_the_slurm_hub_tests_learner():
+    """The sandbox keeps the account it makes; the SLURM hub tests make their learner's account
+    and remove it, and refuse one they did not make. Under one name (both were dplab-learner),
+    make test-hub-slurm after a sandboxed grading got the sandbox's account, home /nonexistent,
+    and every server's job failed to start."""
+    sys.path[:0] = [str(ROOT / "tests" / "hub"), str(ROOT / "tests" / "hub_slurm")]
+    from slurm_hub import USER
+
+    assert submissions.sandbox.ACCOUNT != USER
