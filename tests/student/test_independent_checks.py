@@ -4,9 +4,10 @@ hold (stubs). An unsolved model must not cost an exercise's points, and a stub m
 the cluster that the later checks run on (its NotImplementedError raises on every rank).
 
 DEPENDS names, per lab, the solution cell (grade_id) of each check whose name does not say it
-(`labN-check-X` depends on `labN-X`). An exercise that applies what its lab taught (Lab 8's
-p_step_delayed, its server) cannot be checked without it, since a lab does not import its own
-labcode: COUPLED names such a check's cells, with the reason. The fast test reads both for
+(`labN-check-X` depends on `labN-X`). An exercise that applies a step's function or model
+imports the book's own (`from labcode import stragglers as book`), so that a slip in the step
+costs only the step's points. One that extends a class its lab does not export, or measures
+what a step's region writes, cannot: COUPLED names such a check's cells, with the reason. The fast test reads both for
 every lab: each check depends on solution cells above it, and every solution cell is checked.
 The slow test builds a lab's student notebook (tools/student.py), pastes back ONE solution
 cell at a time, the others left as stubs, then each COUPLED set together; grades each at
@@ -112,19 +113,17 @@ COUPLED = {
         "lab6-check-ddp-equals-one-process": ("lab6-model-masks", "lab6-noam-and-step"),
         "lab6-check-accuracy": ("lab6-model-masks", "lab6-noam-and-step"),
         "lab6-check-noam-lr": ("lab6-model-masks", "lab6-noam-and-step"),
-        # the hook and exercise 1 run on the model's gradients
+        # the hook runs on the model's gradients (exercise 1 on the book's model)
         "lab6-check-compress-hook": ("lab6-model-masks", "lab6-compress-hook"),
-        "lab6-check-ex1-local-clip": ("lab6-model-masks", "lab6-ex1-local-clip"),
     },
     "07_sharding": {
-        # exercise 1 applies model_state_bytes; exercise 2, shard_units
-        "lab7-check-ex1-smallest-p": ("lab7-memory-formula", "lab7-ex1-smallest-p"),
+        # exercise 2 counts with step 3's collectives_of and sent_bytes, and compares with
+        # its FSDP run's units and sizes
         "lab7-check-ex2-keep-gathered": ("lab7-fsdp-units", "lab7-ex2-keep-gathered"),
     },
     "08_stragglers": {
-        # exercises 1 and 2 apply step_time_quantile and p_step_delayed (step 1)
-        "lab8-check-ex1-ex2": ("lab8-straggler-model", "lab8-ex1-ex2"),
-        # exercise 3 runs step 4's parameter server, staleness-aware
+        # exercise 3 measures the staleness-aware scaling, which is written in step 4's
+        # parameter server (its region)
         "lab8-check-ex3-staleness-aware": ("lab8-parameter-server",
                                            "lab8-ex3-staleness-aware"),
     },
