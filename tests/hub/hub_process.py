@@ -26,12 +26,6 @@ ENGINES = 3  # not the labs' default 4, so the lab's engine count can only come 
 MARK = "DPHUB_TEST"  # in the environment of every process the hub starts, at any depth
 START_S, STOP_S = 60, 30
 PR_SET_PDEATHSIG = 1
-
-
-def stop_with_the_test() -> None:
-    """In the hub's process, before exec: SIGTERM when the test's process ends, however it ends
-    (SIGKILL included), so that the hub stops its servers and proxy even without stop_hub."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 # Lab settings for the learner: no autosave (the stored lab must not change), every cell in the
 # DOM (no virtual scrolling), no news fetched from the internet.
 LAB_SETTINGS = {
@@ -39,6 +33,12 @@ LAB_SETTINGS = {
     "notebook-extension/tracker": {"windowingMode": "none"},
     "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
 }
+
+
+def stop_with_the_test() -> None:
+    """In the hub's process, before exec: SIGTERM when the test's process ends, however it ends
+    (SIGKILL included), so that the hub stops its servers and proxy even without stop_hub."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def load_sample():
