@@ -2,6 +2,7 @@
 with SLURM's reason and the node's last log lines, and the node is resumed, so that the tests
 after it still run on both nodes instead of failing one after another on a pending job."""
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -11,13 +12,15 @@ import pytest
 SLURM_DIR = os.environ.get("DPSLURM_DIR", "")  # tools/slurm/start.sh's env.sh
 USABLE = {"idle", "alloc", "mix", "comp"}  # sinfo's short states, with no flag: * is "not responding"
 RESUME_S = 60
+# found now: a test may take the SLURM commands off PATH (monkeypatch, undone after this check)
+SINFO, SCONTROL = shutil.which("sinfo") or "sinfo", shutil.which("scontrol") or "scontrol"
 
 
 def node_states() -> dict[str, str]:
     """node -> its short state; {} where no controller answers (a test may
     have pointed SLURM elsewhere on purpose: the next test's check sees the cluster again)."""
     try:
-        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True,
+        out = subprocess.run([SINFO, "-h", "-N", "-o", "%N %t"], capture_output=True, text=True,
                              timeout=30).stdout
     except subprocess.TimeoutExpired:
         return {}
@@ -26,7 +29,7 @@ def node_states() -> dict[str, str]:
 
 def why(nodes: list[str]) -> str:
     """SLURM's reason for each node, and the last lines of its slurmd log."""
-    reasons = subprocess.run(["sinfo", "-h", "-R", "-N", "-o", "%n: %E (since %H)"], capture_output=True,
+    reasons = subprocess.run([SINFO, "-h", "-R", "-N", "-o", "%n: %E (since %H)"], capture_output=True,
                              text=True, timeout=30).stdout.strip()
     tails = []
     for node in nodes:
@@ -46,7 +49,7 @@ def nodes_stay_usable():
         return
     said = why(sorted(bad))
     for node in bad:
-        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], capture_output=True, timeout=10)
+        subprocess.run([SCONTROL, "update", f"NodeName={node}", "State=RESUME"], capture_output=True, timeout=10)
     deadline = time.monotonic() + RESUME_S
     while time.monotonic() < deadline and any(node_states().get(n) not in USABLE for n in bad):
         time.sleep(1)
