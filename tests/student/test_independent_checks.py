@@ -9,10 +9,11 @@ imports the book's own (`from labcode import stragglers as book`), so that a sli
 costs only the step's points. One that extends a class its lab does not export, works with a
 step's own results, or measures what a step's region writes, cannot: COUPLED names such a
 check's cells, with the reason. The fast test reads both for every lab: each check depends
-on solution cells above it, and every solution cell is checked. The slow test builds a lab's student notebook (tools/student.py), pastes back ONE solution
-cell at a time, the others left as stubs, then each COUPLED set together; grades each at
-DPLAB_ENGINES=2 (tools/grade.py), and asserts that exactly the checks whose cells are all
-pasted back pass, for their points. Grading every lab so takes long: by default it grades one
+on solution cells above it, and every solution cell is checked. The slow test builds a
+lab's student notebook (tools/student.py), pastes back ONE solution cell at a time, the others
+left as stubs, then each COUPLED set together; grades each at DPLAB_ENGINES=2
+(tools/grade.py), and asserts that exactly the checks whose cells are all pasted back pass,
+for their points. Grading every lab so takes long: by default it grades one
 lab, by the day of the year, and says which; INDEPENDENT_LABS=all, or =02,06, chooses.
 """
 import sys
