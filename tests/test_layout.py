@@ -433,3 +433,30 @@ def test_the_reading_order_test_catches_a_page_that_imports_from_a_later_lab(tmp
     assert "chapters/collectives: uses labs/02_data_parallel_by_hand ahead of it, but no " \
            "paragraph says so (name {ref}`lab-2` and say 'ahead of')" in reading_order_breaks(
                tmp_path, previews=silent)
+
+
+# -- one conftest per pytest run ------------------------------------------------------
+
+def shadowing_conftests(root: Path) -> list[str]:
+    """conftest.py files below tests/ that `make test-kit` collects. With no __init__.py, each is
+    imported as the module `conftest`, and the second replaces tests/conftest.py for the test
+    modules imported after it: their `from conftest import ...` fails."""
+    recipe = re.search(r"^test-kit:.*\n((?:\t.*\n)+)", (root / "Makefile").read_text(), re.M).group(1)
+    ignored = re.findall(r"--ignore=(\S+)", recipe)
+    return [str(path.relative_to(root)) for path in sorted((root / "tests").rglob("conftest.py"))
+            if path.parent != root / "tests"
+            and not any(path.relative_to(root).is_relative_to(i) for i in ignored)]
+
+
+def test_make_test_collects_one_conftest():
+    assert not shadowing_conftests(ROOT), (
+        "make test-kit collects these too; rename each and import its fixtures in its test modules, "
+        "as tests/slurm/node_health.py is: " + ", ".join(shadowing_conftests(ROOT)))
+
+
+def test_a_second_conftest_is_caught(tmp_path):
+    (tmp_path / "Makefile").write_text((ROOT / "Makefile").read_text())
+    for name in ("tests/conftest.py", "tests/hub/conftest.py", "tests/slurm/conftest.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert shadowing_conftests(tmp_path) == ["tests/slurm/conftest.py"]

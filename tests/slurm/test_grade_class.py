@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import submissions  # noqa: E402  (tests/submissions.py)
 from slurm_jobs import job_processes, jobs  # noqa: E402
+from node_health import nodes_stay_usable  # noqa: F401,E402  (autouse: a node a test leaves drained fails it)
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = "02_data_parallel_by_hand.ipynb"

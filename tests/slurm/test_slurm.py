@@ -20,6 +20,7 @@ import pytest
 from recipes import ROOT, check_training, environment, rank_lines, run
 from slurm_jobs import job_processes, jobs
 from sockets import is_loopback, listening
+from node_health import nodes_stay_usable  # noqa: F401,E402  (autouse: a node a test leaves drained fails it)
 
 NODES = ["node1", "node2"]
 # The interface the nodes share (DPLAB_IFACE, required across nodes): start.sh's env.sh says.

@@ -1,6 +1,10 @@
 """The private cluster's nodes after each test: a test that leaves a node drained or down fails,
 with SLURM's reason and the node's last log lines, and the node is resumed, so that the tests
-after it still run on both nodes instead of failing one after another on a pending job."""
+after it still run on both nodes instead of failing one after another on a pending job.
+
+Each module in tests/slurm imports `nodes_stay_usable`. Not a conftest.py: `make test` collects
+tests/slurm too, and a second module named conftest replaces tests/conftest.py for every test
+module imported after it (tests/test_layout.py checks that no other conftest.py is collected)."""
 import os
 import shutil
 import subprocess
