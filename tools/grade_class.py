@@ -28,15 +28,20 @@ import shlex
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 from pathlib import Path
+
+import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = Path(__file__).resolve().parent
 GRADE = TOOLS / "grade.py"
 sys.path.insert(0, str(TOOLS))
 import sandbox as sandboxing  # noqa: E402  (tools/sandbox.py)
+import grade  # noqa: E402  (tools/grade.py)
+import solutions  # noqa: E402  (tools/solutions.py)
 
 MARGIN_S = 60  # beyond a run's own limit: its cluster's start, the reaping of what it left
 CSV_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
@@ -136,44 +141,28 @@ def run_slurm(runs: list[tuple[str, Path, Path]], args, hide: list[Path], env: d
             time.sleep(1)
 
 
-def load_report(notebook: Path, report: Path) -> dict:
-    """A run's JSON report; one that says why there is none when the run left none."""
+def load_report(notebook: Path, report: Path) -> grade.Report:
+    """A run's report; where the run left none, one whose checks (the lab's) did not run, and
+    that says why."""
     if report.is_file():
         try:
-            return json.loads(report.read_text())
-        except ValueError:
+            r = json.loads(report.read_text())
+            return grade.Report(**{k: v for k, v in r.items() if k not in ("checks", "score", "max_score")},
+                                checks=[grade.Check(**c) for c in r["checks"]])
+        except (ValueError, TypeError, KeyError):
             pass
     log = report.with_suffix(".log")
     said = log.read_text()[-600:] if log.is_file() else ""
-    return {"notebook": notebook.name, "checks": [], "score": 0, "max_score": None,
-            "stopped": "the grading run ended without a report (killed at its time limit?)"
-                       + (f"; it said:\n{said}" if said else ""), "errors": [], "seconds": 0}
+    nb = nbformat.read(ROOT / "labs" / notebook.name, as_version=4)
+    checks = [grade.Check(solutions.grading(c)["grade_id"], solutions.grading(c)["points"], i)
+              for i, c in enumerate(nb.cells) if solutions.is_check(c)]
+    return grade.Report(notebook.name, checks, stopped="the grading run ended without a report "
+                        "(killed at its time limit?)" + (f"; it said:\n{said}" if said else ""))
 
 
-def lab_points(name: str) -> float:
-    import nbformat
-    import solutions
-
-    nb = nbformat.read(ROOT / "labs" / name, as_version=4)
-    return sum(solutions.grading(c)["points"] for c in nb.cells if solutions.is_check(c))
-
-
-def learner_text(who: str, reports: list[dict]) -> str:
-    lines = [f"{who}"]
-    for r in reports:
-        lines.append(f"  {r['notebook']}: {r['score']:g} / {r['max_score']:g} points"
-                     f" (graded in {r.get('seconds', 0):.0f} s)")
-        for c in r["checks"]:
-            verdict = "pass" if c["passed"] else "FAIL"
-            message = "" if c["passed"] else ": " + c["message"].replace("\n", "\n          ")
-            lines.append(f"    {verdict}  {c['points'] * c['passed']:g}/{c['points']:g}  {c['grade_id']}{message}")
-        for e in r.get("errors", []):
-            lines.append("    error: " + e.replace("\n", "\n      "))
-        if r.get("stopped"):
-            lines.append(f"    stopped early: {r['stopped']}")
-        if r.get("left_running"):
-            lines.append(f"    left running, then killed: {', '.join(sorted(set(r['left_running'])))}")
-    return "\n".join(lines) + "\n"
+def learner_text(who: str, reports: list[grade.Report]) -> str:
+    """One learner's reports, as tools/grade.py prints each."""
+    return "\n".join([who, *(textwrap.indent(grade.render(r), "  ") for r in reports)]) + "\n"
 
 
 def main() -> int:
@@ -235,19 +224,17 @@ def main() -> int:
     rows = []
     for who, notebook, report in runs:
         r = load_report(notebook, report)
-        if r["max_score"] is None:
-            r["max_score"] = lab_points(notebook.name)
         by_learner.setdefault(who, []).append(r)
-        rows.append({"assignment": notebook.stem, "student_id": who, "raw_score": r["score"],
-                     "late_submission_penalty": 0.0, "score": r["score"], "max_score": r["max_score"]})
+        rows.append({"assignment": notebook.stem, "student_id": who, "raw_score": r.score,
+                     "late_submission_penalty": 0.0, "score": r.score, "max_score": r.max_score})
     with open(out / "grades.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, restval="")
         w.writeheader()
         w.writerows(sorted(rows, key=lambda r: (r["assignment"], r["student_id"])))
     for who, reports in by_learner.items():
         (out / f"{who}.txt").write_text(learner_text(who, reports))
-    serial = sum(r.get("seconds", 0) for rs in by_learner.values() for r in rs)
-    summary = [f"{who}: " + ", ".join(f"{r['notebook'][:2]} {r['score']:g}/{r['max_score']:g}" for r in rs)
+    serial = sum(r.seconds for rs in by_learner.values() for r in rs)
+    summary = [f"{who}: " + ", ".join(f"{r.notebook[:2]} {r.score:g}/{r.max_score:g}" for r in rs)
                for who, rs in by_learner.items()]
     summary.append(f"wall time {wall:.0f} s for {len(runs)} runs "
                    f"({'SLURM jobs' if where == 'slurm' else 'one after another'}); "
