@@ -2,6 +2,7 @@
 tools/export_labs.py: do not edit.
 
 - `labcode.allreduce`: from labs/03_allreduce_algorithms.ipynb
+- `labcode.batchnorm`: from labs/02_data_parallel_by_hand.ipynb, labs/04_ddp.ipynb
 - `labcode.collectives`: from chapters/collectives.md
 - `labcode.costmodel`: from labs/03_allreduce_algorithms.ipynb
 - `labcode.formulas`: from chapters/data_parallelism.md,

@@ -6,10 +6,11 @@ the cluster that the later checks run on (its NotImplementedError raises on ever
 DEPENDS names, per lab, the solution cell (grade_id) of each check whose name does not say it
 (`labN-check-X` depends on `labN-X`). An exercise that applies a step's function or model
 imports the book's own (`from labcode import stragglers as book`), so that a slip in the step
-costs only the step's points. One that extends a class its lab does not export, works with a
-step's own results, or measures what a step's region writes, cannot: COUPLED names such a
-check's cells, with the reason. The fast test reads both for every lab: each check depends
-on solution cells above it, and every solution cell is checked. The slow test builds a
+costs only the step's points; its check computes its own references. No exercise's check needs
+a step's region: only a step that builds on an earlier step's (Lab 2 trains from the broadcast
+weights) does, and COUPLED names such a check's cells, with the reason. The fast test reads
+both for every lab: each check depends on solution cells above it, every solution cell is
+checked, and no exercise's check is COUPLED. The slow test builds a
 lab's student notebook (tools/student.py), pastes back ONE solution cell at a time, the others
 left as stubs, then each COUPLED set together; grades each at DPLAB_ENGINES=2
 (tools/grade.py), and asserts that exactly the checks whose cells are all pasted back pass,
@@ -78,8 +79,8 @@ DEPENDS = {
         "lab8-check-monte-carlo": "lab8-straggler-model",
     },
 }
-# check grade_id -> the solution cells it needs together: an exercise applies the lab's own
-# product, which only the lab's (unsolved) region provides. Keep this short.
+# check grade_id -> the solution cells it needs together: a step that builds on an earlier
+# step's region. Never an exercise's check (it imports the book's own). Keep this short.
 COUPLED = {
     "02_data_parallel_by_hand": {
         # the ranks train from rank 0's broadcast weights with the hand-written step, and
@@ -87,8 +88,6 @@ COUPLED = {
         "lab2-check-bit-identical": ("lab2-broadcast", "lab2-dp-step"),
         "lab2-check-one-process": ("lab2-broadcast", "lab2-dp-step"),
         "lab2-check-inference": ("lab2-broadcast", "lab2-dp-step", "lab2-inference"),
-        # exercise 4 extends HandSyncBatchNorm
-        "lab2-check-ex4-running-stats": ("lab2-sync-batchnorm", "lab2-ex4-running-stats"),
     },
     "03_allreduce_algorithms": {
         # one proof runs the three algorithms side by side on the same cases
@@ -97,17 +96,11 @@ COUPLED = {
         "lab3-check-hierarchical": ("lab3-ring", "lab3-hierarchical"),
     },
     "01_single_device": {
-        # the accuracy, the saved file (which holds it), the replicas and exercise 1's
-        # bytes measure the model `train` trained
+        # the accuracy, the saved file (which holds it) and the replicas measure the
+        # model `train` trained
         "lab1-check-learning": ("lab1-train", "lab1-accuracy"),
         "lab1-check-determinism": ("lab1-train", "lab1-accuracy"),
         "lab1-check-replicas": ("lab1-train", "lab1-shard"),
-        "lab1-check-ex-bytes-and-batches": ("lab1-train", "lab1-ex-bytes-and-batches"),
-    },
-    "04_ddp": {
-        # exercise 4 subclasses HandSyncBatchNorm1d: its global_sums, in the forward
-        # pass that lab4-sync-batchnorm writes
-        "lab4-check-ex4-plain-allreduce": ("lab4-sync-batchnorm", "lab4-ex4-plain-allreduce"),
     },
     "06_transformer_ddp": {
         # the training step is checked by training the model (step 2's NumberToWords)
@@ -116,17 +109,6 @@ COUPLED = {
         "lab6-check-noam-lr": ("lab6-model-masks", "lab6-noam-and-step"),
         # the hook runs on the model's gradients (exercise 1 on the book's model)
         "lab6-check-compress-hook": ("lab6-model-masks", "lab6-compress-hook"),
-    },
-    "07_sharding": {
-        # exercise 2 counts with step 3's collectives_of and sent_bytes, and compares with
-        # its FSDP run's units and sizes
-        "lab7-check-ex2-keep-gathered": ("lab7-fsdp-units", "lab7-ex2-keep-gathered"),
-    },
-    "08_stragglers": {
-        # exercise 3 measures the staleness-aware scaling, which is written in step 4's
-        # parameter server (its region)
-        "lab8-check-ex3-staleness-aware": ("lab8-parameter-server",
-                                           "lab8-ex3-staleness-aware"),
     },
 }
 # Labs whose checks are not independent yet: the slow test expects them to fail (strictly:
@@ -160,6 +142,8 @@ def test_each_check_depends_on_one_solution_cell_above_it_and_each_such_cell_has
     declared = set(DEPENDS.get(lab.stem, {})) | set(COUPLED.get(lab.stem, {}))
     assert declared <= set(depends), "DEPENDS or COUPLED names a check the lab lacks"
     assert not set(DEPENDS.get(lab.stem, {})) & set(COUPLED.get(lab.stem, {}))
+    exercises = [c for c in COUPLED.get(lab.stem, {}) if "-check-ex" in c]
+    assert not exercises, f"an exercise's check needs a step's region: import the book's ({exercises})"
     for check, needs in depends.items():
         for sol in needs:
             assert sol in sols, f"{check} depends on no solution cell ({sol!r}): declare it"
