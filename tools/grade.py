@@ -72,6 +72,25 @@ class Report:
         return sum(c.points for c in self.checks)
 
 
+def checks(nb) -> list[Check]:
+    """The notebook's graded checks, none run yet."""
+    return [Check(solutions.grading(c)["grade_id"], solutions.grading(c)["points"], i)
+            for i, c in enumerate(nb.cells) if solutions.is_check(c)]
+
+
+def write_json(report: Report, path: Path) -> None:
+    """--json's file: the report, with its score and max_score."""
+    path.write_text(json.dumps({**asdict(report), "score": report.score, "max_score": report.max_score},
+                               indent=1))
+
+
+def read_json(path: Path) -> Report:
+    """The report write_json wrote (ValueError, TypeError or KeyError if it is not one)."""
+    r = json.loads(path.read_text())
+    return Report(**{k: v for k, v in r.items() if k not in ("checks", "score", "max_score")},
+                  checks=[Check(**c) for c in r["checks"]])
+
+
 def first_lines(text: str, n: int = 4, width: int = 400) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()][:n]
     return "\n".join(lines)[:width]
@@ -192,11 +211,7 @@ def run_checks(nb, edited: list[str], path: Path, folder: Path, *, timeout: floa
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-    report = Report(path.name, edited=edited)
-    for i, cell in enumerate(nb.cells):
-        if solutions.is_check(cell):
-            meta = solutions.grading(cell)
-            report.checks.append(Check(meta["grade_id"], meta["points"], i))
+    report = Report(path.name, checks(nb), edited=edited)
     client = NotebookClient(nb, km=km, timeout=cell_timeout, kernel_name="python3", allow_errors=True,
                             record_timing=False, resources={"metadata": {"path": str(folder)}})
     client.owns_km = True  # shut the kernel down at the end, whoever made its manager
@@ -319,8 +334,7 @@ def main() -> int:
         return 2
     print(render(report))
     if args.json:
-        args.json.write_text(json.dumps({**asdict(report), "score": report.score,
-                                         "max_score": report.max_score}, indent=1))
+        write_json(report, args.json)
     return 0 if all(c.passed for c in report.checks) and not report.left_running else 1
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import shutil
 import shlex
@@ -41,7 +40,6 @@ GRADE = TOOLS / "grade.py"
 sys.path.insert(0, str(TOOLS))
 import sandbox as sandboxing  # noqa: E402  (tools/sandbox.py)
 import grade  # noqa: E402  (tools/grade.py)
-import solutions  # noqa: E402  (tools/solutions.py)
 
 MARGIN_S = 60  # beyond a run's own limit: its cluster's start, the reaping of what it left
 CSV_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
@@ -146,17 +144,13 @@ def load_report(notebook: Path, report: Path) -> grade.Report:
     that says why."""
     if report.is_file():
         try:
-            r = json.loads(report.read_text())
-            return grade.Report(**{k: v for k, v in r.items() if k not in ("checks", "score", "max_score")},
-                                checks=[grade.Check(**c) for c in r["checks"]])
+            return grade.read_json(report)
         except (ValueError, TypeError, KeyError):
             pass
     log = report.with_suffix(".log")
     said = log.read_text()[-600:] if log.is_file() else ""
-    nb = nbformat.read(ROOT / "labs" / notebook.name, as_version=4)
-    checks = [grade.Check(solutions.grading(c)["grade_id"], solutions.grading(c)["points"], i)
-              for i, c in enumerate(nb.cells) if solutions.is_check(c)]
-    return grade.Report(notebook.name, checks, stopped="the grading run ended without a report "
+    lab = nbformat.read(ROOT / "labs" / notebook.name, as_version=4)
+    return grade.Report(notebook.name, grade.checks(lab), stopped="the grading run ended without a report "
                         "(killed at its time limit?)" + (f"; it said:\n{said}" if said else ""))
 
 
