@@ -154,6 +154,35 @@ def test_lab_code_cells_fit_88_columns(path):
         pytest.fail("rewrap these lines:\n" + "\n".join(offenders), pytrace=False)
 
 
+MAX_LINES = 40  # tests/browser/test_reading_rules.py checks the same on the built pages
+FOLDED = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
+
+
+def walls(nb) -> list[str]:
+    """Code cells a reader sees unfolded that are longer than MAX_LINES lines."""
+    return [f"cell {i}: {len(c.source.rstrip().splitlines())} lines"
+            for i, c in enumerate(nb.cells)
+            if c.cell_type == "code" and not FOLDED & set(c.metadata.get("tags", []))
+            and len(c.source.rstrip().splitlines()) > MAX_LINES]
+
+
+@pytest.mark.parametrize("path", LABS, ids=lambda p: p.name)
+def test_no_unfolded_lab_code_cell_is_a_wall(path):
+    # The same rule as the built-book test, here so that it fails in seconds, not after
+    # `make book`. Shorten the cell, split it, or fold it with tag hide-input.
+    offenders = walls(nbformat.read(path, as_version=4))
+    assert offenders == [], f"{path.name}: longer than {MAX_LINES} lines, unfolded"
+
+
+def test_wall_check_counts_only_unfolded_cells():
+    long = "\n".join(["%%px"] + ["x = 1"] * MAX_LINES)
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell(long),
+        nbformat.v4.new_code_cell(long, metadata={"tags": ["hide-input"]}),
+        nbformat.v4.new_code_cell("\n".join(["x = 1"] * MAX_LINES))])
+    assert walls(nb) == [f"cell 0: {MAX_LINES + 1} lines"]
+
+
 def test_width_check_finds_long_lines_in_fences_nested_in_prose():
     text = "::::{dropdown} Answer\n```python\n" + "x" * 89 + "\n```\n::::\n````{admonition} A\n" \
            "```{code-cell} ipython3\nok\n```\n````\n```text\n" + "y" * 100 + "\n```\n"
