@@ -13,5 +13,6 @@ tools/export_labs.py: do not edit.
 - `labcode.overlap_timing`: from labs/04_ddp.ipynb
 - `labcode.sharding`: from labs/07_sharding.ipynb
 - `labcode.stragglers`: from labs/08_stragglers.ipynb
+- `labcode.training`: from labs/01_single_device.ipynb
 - `labcode.transformer`: from labs/06_transformer_ddp.ipynb
 """

@@ -4,18 +4,15 @@ hold (stubs). An unsolved model must not cost an exercise's points, and a stub m
 the cluster that the later checks run on (its NotImplementedError raises on every rank).
 
 DEPENDS names, per lab, the solution cell (grade_id) of each check whose name does not say it
-(`labN-check-X` depends on `labN-X`). An exercise that applies a step's function or model
-imports the book's own (`from labcode import stragglers as book`), so that a slip in the step
-costs only the step's points; its check computes its own references. No exercise's check needs
-a step's region: only a step that builds on an earlier step's (Lab 2 trains from the broadcast
-weights) does, and COUPLED names such a check's cells, with the reason. The fast test reads
-both for every lab: each check depends on solution cells above it, every solution cell is
-checked, and no exercise's check is COUPLED. The slow test builds a
-lab's student notebook (tools/student.py), pastes back ONE solution cell at a time, the others
-left as stubs, then each COUPLED set together; grades each at DPLAB_ENGINES=2
-(tools/grade.py), and asserts that exactly the checks whose cells are all pasted back pass,
-for their points. Grading every lab so takes long: by default it grades one
-lab, by the day of the year, and says which; INDEPENDENT_LABS=all, or =02,06, chooses.
+(`labN-check-X` depends on `labN-X`). A step or an exercise that builds on an earlier step's
+function or model runs the book's own (`from labcode import transformer as book`), so that a
+slip in the earlier step costs only that step's points; its check computes its own
+references. The fast test reads DEPENDS for every lab: each check depends on a solution cell
+above it, and every solution cell is checked. The slow test builds a lab's student notebook
+(tools/student.py), pastes back ONE solution cell at a time, the others left as stubs, grades
+each at DPLAB_ENGINES=2 (tools/grade.py), and asserts that exactly the checks of that cell
+pass, for their points. Grading every lab so takes long: by default it grades one lab, by the
+day of the year, and says which; INDEPENDENT_LABS=all, or =02,06, chooses.
 """
 import sys
 from pathlib import Path
@@ -37,9 +34,14 @@ DEPENDS = {
         "lab0-check-ex3-sizes": "lab0-buffer-collectives",  # exercise 3 reads that cell
     },
     "01_single_device": {
+        "lab1-check-learning": "lab1-train",
         "lab1-check-bytes-and-steps": "lab1-train",
+        "lab1-check-determinism": "lab1-train",
+        "lab1-check-replicas": "lab1-shard",  # the ranks run the book's train
     },
     "02_data_parallel_by_hand": {
+        "lab2-check-bit-identical": "lab2-dp-step",  # from the book's broadcast
+        "lab2-check-one-process": "lab2-dp-step",
         "lab2-check-bytes-and-steps": "lab2-dp-step",
         "lab2-check-uneven-shards": "lab2-uneven",
         "lab2-check-ex3-long-run": "lab2-dp-step",
@@ -61,6 +63,10 @@ DEPENDS = {
     },
     "06_transformer_ddp": {
         "lab6-check-masks": "lab6-model-masks",
+        # steps 4 to 9 build the book's NumberToWords
+        "lab6-check-ddp-equals-one-process": "lab6-noam-and-step",
+        "lab6-check-accuracy": "lab6-noam-and-step",
+        "lab6-check-noam-lr": "lab6-noam-and-step",
         "lab6-check-ex2-noam-peak": "lab6-noam-and-step",
     },
     "07_sharding": {
@@ -79,46 +85,14 @@ DEPENDS = {
         "lab8-check-monte-carlo": "lab8-straggler-model",
     },
 }
-# check grade_id -> the solution cells it needs together: a step that builds on an earlier
-# step's region. Never an exercise's check (it imports the book's own). Keep this short.
-COUPLED = {
-    "02_data_parallel_by_hand": {
-        # the ranks train from rank 0's broadcast weights with the hand-written step, and
-        # infer with what they trained
-        "lab2-check-bit-identical": ("lab2-broadcast", "lab2-dp-step"),
-        "lab2-check-one-process": ("lab2-broadcast", "lab2-dp-step"),
-        "lab2-check-inference": ("lab2-broadcast", "lab2-dp-step", "lab2-inference"),
-    },
-    "03_allreduce_algorithms": {
-        # one proof runs the three algorithms side by side on the same cases
-        "lab3-check-prove-and-count": ("lab3-naive", "lab3-tree", "lab3-ring"),
-        # the hierarchical all-reduce runs the ring across nodes
-        "lab3-check-hierarchical": ("lab3-ring", "lab3-hierarchical"),
-    },
-    "01_single_device": {
-        # the accuracy, the saved file (which holds it) and the replicas measure the
-        # model `train` trained
-        "lab1-check-learning": ("lab1-train", "lab1-accuracy"),
-        "lab1-check-determinism": ("lab1-train", "lab1-accuracy"),
-        "lab1-check-replicas": ("lab1-train", "lab1-shard"),
-    },
-    "06_transformer_ddp": {
-        # the training step is checked by training the model (step 2's NumberToWords)
-        "lab6-check-ddp-equals-one-process": ("lab6-model-masks", "lab6-noam-and-step"),
-        "lab6-check-accuracy": ("lab6-model-masks", "lab6-noam-and-step"),
-        "lab6-check-noam-lr": ("lab6-model-masks", "lab6-noam-and-step"),
-        # the hook runs on the model's gradients (exercise 1 on the book's model)
-        "lab6-check-compress-hook": ("lab6-model-masks", "lab6-compress-hook"),
-    },
-}
 # Labs whose checks are not independent yet: the slow test expects them to fail (strictly:
 # remove a lab once it passes). None left.
 PENDING: dict[str, str] = {}
 ENGINES = "2"
 
 
-def cells(lab: Path) -> tuple[list[str], dict[str, tuple[str, ...]]]:
-    """The lab's solution cells in order, and each check's solution cells."""
+def cells(lab: Path) -> tuple[list[str], dict[str, str]]:
+    """The lab's solution cells in order, and each check's solution cell."""
     nb = nbformat.read(lab, as_version=4)
     sols, depends = [], {}
     for cell in nb.cells:
@@ -126,8 +100,7 @@ def cells(lab: Path) -> tuple[list[str], dict[str, tuple[str, ...]]]:
         if solutions.is_solution(cell):
             sols.append(gid)
         elif solutions.is_check(cell):
-            one = DEPENDS.get(lab.stem, {}).get(gid, gid.replace("-check-", "-", 1))
-            depends[gid] = COUPLED.get(lab.stem, {}).get(gid, (one,))
+            depends[gid] = DEPENDS.get(lab.stem, {}).get(gid, gid.replace("-check-", "-", 1))
     return sols, depends
 
 
@@ -139,16 +112,11 @@ def test_each_check_depends_on_one_solution_cell_above_it_and_each_such_cell_has
     sols, depends = cells(lab)
     nb = nbformat.read(lab, as_version=4)
     at = {solutions.grading(c).get("grade_id"): i for i, c in enumerate(nb.cells)}
-    declared = set(DEPENDS.get(lab.stem, {})) | set(COUPLED.get(lab.stem, {}))
-    assert declared <= set(depends), "DEPENDS or COUPLED names a check the lab lacks"
-    assert not set(DEPENDS.get(lab.stem, {})) & set(COUPLED.get(lab.stem, {}))
-    exercises = [c for c in COUPLED.get(lab.stem, {}) if "-check-ex" in c]
-    assert not exercises, f"an exercise's check needs a step's region: import the book's ({exercises})"
-    for check, needs in depends.items():
-        for sol in needs:
-            assert sol in sols, f"{check} depends on no solution cell ({sol!r}): declare it"
-            assert at[sol] < at[check], f"{check} comes before {sol}, the cell it checks"
-    unchecked = [s for s in sols if not any(s in needs for needs in depends.values())]
+    assert set(DEPENDS.get(lab.stem, {})) <= set(depends), "DEPENDS names a check the lab lacks"
+    for check, sol in depends.items():
+        assert sol in sols, f"{check} depends on no solution cell ({sol!r}): declare it"
+        assert at[sol] < at[check], f"{check} comes before {sol}, the cell it checks"
+    unchecked = [s for s in sols if s not in depends.values()]
     assert not unchecked, f"solution cells no check grades: {unchecked}"
 
 
@@ -186,8 +154,7 @@ def test_one_solved_cell_scores_exactly_its_own_checks(handout, lab, request):
     points = {solutions.grading(c)["grade_id"]: solutions.grading(c)["points"]
               for c in nbformat.read(lab, as_version=4).cells if solutions.is_check(c)}
     wrong = []
-    together = sorted({needs for needs in depends.values() if len(needs) > 1})
-    for gids in [(gid,) for gid in sols] + together:
+    for gids in [(gid,) for gid in sols]:
         folder = handout.parent / f"only-{'+'.join(gids)}"
         notebook = solved(handout / lab.name, lab, gids, folder)
         status, report, printed = grade(notebook, engines=ENGINES)
@@ -196,7 +163,7 @@ def test_one_solved_cell_scores_exactly_its_own_checks(handout, lab, request):
         # a stub raises on every rank: no rank left waiting, no cluster stopped
         stuck = [e for e in report["errors"] + [c["message"] for c in report["checks"]]
                  if "StuckRanksError" in e or "sockets have been closed" in e]
-        mine = {c for c, needs in depends.items() if set(needs) <= set(gids)}
+        mine = {c for c, sol in depends.items() if sol in gids}
         print(f"{lab.stem}, only {' + '.join(gids)} solved: {report['score']:g} of "
               f"{sum(points[c] for c in mine):g} points, in {report['seconds']:.0f} s")
         if stuck:
