@@ -142,3 +142,33 @@ def test_second_learner_killed_with_sigkill_leaves_neither_the_command_nor_the_l
     assert wait_until_gone(started, timeout=20) == set(), "the command or the learner outlived second_learner.py"
     assert running(["sleep", "303"]) == [] and running(["sleep", "304"]) == []
     assert wait_until_gone(descendants() - before, timeout=5) == set()
+
+
+PARENT = """
+import signal, subprocess, sys, time
+from dplab.cluster.processes import on_parent_death
+arm = on_parent_death(signal.SIGKILL) if sys.argv[1] == "armed" else None
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], preexec_fn=arm)
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def orphan_after_sigkill(mode: str) -> bool:
+    """Whether the child of a parent killed with SIGKILL is still running 5 s later."""
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, mode], stdout=subprocess.PIPE, text=True)
+    child = psutil.Process(int(parent.stdout.readline()))
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    try:
+        child.wait(timeout=5)
+        return False
+    except psutil.TimeoutExpired:
+        child.kill()
+        return True
+
+
+def test_on_parent_death_ends_the_child_of_a_sigkilled_parent():
+    # what tools/second_learner.py and the hub tests start their commands with
+    assert not orphan_after_sigkill("armed")
+    assert orphan_after_sigkill("unarmed")  # without it, the child outlives its parent

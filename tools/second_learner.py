@@ -13,7 +13,6 @@ stops its labs when its parent goes (load_labs.run_learner).
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import shutil
 import signal
@@ -27,14 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import load_labs  # noqa: E402  (scripts beside this one)
 import run_labs  # noqa: E402
 from dplab.cluster.errors import ClusterError  # noqa: E402
+from dplab.cluster.processes import on_parent_death  # noqa: E402
 from dplab.cluster.settings import Settings  # noqa: E402
-
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """In the command's process, before exec: SIGKILL when this script's process ends."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def main(argv: list[str]) -> int:
@@ -71,7 +64,7 @@ def main(argv: list[str]) -> int:
     reader = threading.Thread(target=report, daemon=True)
     reader.start()
     try:
-        rc = subprocess.run(argv, preexec_fn=die_with_parent).returncode
+        rc = subprocess.run(argv, preexec_fn=on_parent_death(signal.SIGKILL)).returncode
         print(f"second learner: the command ended ({'ok' if rc == 0 else f'exit {rc}'}); waiting for "
               f"the learner's labs (at most {load_labs.CONDITION_TIMEOUT_S} s in all)", flush=True)
         learner.wait(timeout=max(1.0, load_labs.CONDITION_TIMEOUT_S - (time.monotonic() - t0)))

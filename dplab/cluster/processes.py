@@ -6,6 +6,7 @@ a dead kernel's cluster (`dplab.cluster.guard`) and by MPI jobs (`dplab.cluster.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import sys
@@ -28,6 +29,14 @@ def find_mpiexec() -> str:
             "or put the venv's bin/ on PATH"
         )
     return exe
+
+
+def on_parent_death(sig: int) -> Callable[[], None]:
+    """A preexec_fn for subprocess: the child gets `sig` when the process that started it ends,
+    however it ends (SIGKILL included). Linux's prctl(PR_SET_PDEATHSIG)."""
+    def arm() -> None:
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # 1: PR_SET_PDEATHSIG
+    return arm
 
 
 def own_cluster_processes(cluster_id: str) -> list:

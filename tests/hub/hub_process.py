@@ -1,6 +1,5 @@
 """Start a JupyterHub on 127.0.0.1 that loads the sample hub/jupyterhub_config.py, with the test's
 own authenticator, spawner, addresses and state (under _build/hub/), and find its processes."""
-import ctypes
 import importlib.util
 import json
 import os
@@ -15,6 +14,7 @@ import psutil
 import pytest
 
 from dplab.cluster.network import free_port
+from dplab.cluster.processes import on_parent_death
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STATE = ROOT / "_build" / "hub"
@@ -25,7 +25,6 @@ USER = "learner"
 ENGINES = 3  # not the labs' default 4, so the lab's engine count can only come from the spawner
 MARK = "DPHUB_TEST"  # in the environment of every process the hub starts, at any depth
 START_S, STOP_S = 60, 30
-PR_SET_PDEATHSIG = 1
 # Lab settings for the learner: no autosave (the stored lab must not change), every cell in the
 # DOM (no virtual scrolling), no news fetched from the internet.
 LAB_SETTINGS = {
@@ -33,12 +32,6 @@ LAB_SETTINGS = {
     "notebook-extension/tracker": {"windowingMode": "none"},
     "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
 }
-
-
-def stop_with_the_test() -> None:
-    """In the hub's process, before exec: SIGTERM when the test's process ends, however it ends
-    (SIGKILL included), so that the hub stops its servers and proxy even without stop_hub."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def load_sample():
@@ -140,8 +133,10 @@ def start_hub(config: pathlib.Path, mark: str, port: int, log: pathlib.Path,
     env.update({MARK: mark, "PYTHONPATH": str(ROOT), "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
                 **settings})
     with open(log, "w") as out:
+        # SIGTERM when the test's process ends, however it ends (SIGKILL included): the hub then
+        # stops its servers and proxy even without stop_hub
         proc = subprocess.Popen([str(BIN / "jupyterhub"), "-f", str(config)], cwd=config.parent, env=env,
-                                stdout=out, stderr=subprocess.STDOUT, preexec_fn=stop_with_the_test)
+                                stdout=out, stderr=subprocess.STDOUT, preexec_fn=on_parent_death(signal.SIGTERM))
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for_hub(url, proc, log)
