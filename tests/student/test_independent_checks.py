@@ -154,21 +154,20 @@ def test_one_solved_cell_scores_exactly_its_own_checks(handout, lab, request):
     points = {solutions.grading(c)["grade_id"]: solutions.grading(c)["points"]
               for c in nbformat.read(lab, as_version=4).cells if solutions.is_check(c)}
     wrong = []
-    for gids in [(gid,) for gid in sols]:
-        folder = handout.parent / f"only-{'+'.join(gids)}"
-        notebook = solved(handout / lab.name, lab, gids, folder)
+    for gid in sols:
+        notebook = solved(handout / lab.name, lab, (gid,), handout.parent / f"only-{gid}")
         status, report, printed = grade(notebook, engines=ENGINES)
         assert report and not report["stopped"], printed
         passed = {c["grade_id"] for c in report["checks"] if c["passed"]}
         # a stub raises on every rank: no rank left waiting, no cluster stopped
         stuck = [e for e in report["errors"] + [c["message"] for c in report["checks"]]
                  if "StuckRanksError" in e or "sockets have been closed" in e]
-        mine = {c for c, sol in depends.items() if sol in gids}
-        print(f"{lab.stem}, only {' + '.join(gids)} solved: {report['score']:g} of "
+        mine = {c for c, sol in depends.items() if sol == gid}
+        print(f"{lab.stem}, only {gid} solved: {report['score']:g} of "
               f"{sum(points[c] for c in mine):g} points, in {report['seconds']:.0f} s")
         if stuck:
-            wrong.append(f"only {' + '.join(gids)} solved: the cluster stopped: {stuck[0]}")
+            wrong.append(f"only {gid} solved: the cluster stopped: {stuck[0]}")
         if passed != mine or report["score"] != sum(points[c] for c in mine):
-            wrong.append(f"only {' + '.join(gids)} solved: passed {sorted(passed)}, expected "
+            wrong.append(f"only {gid} solved: passed {sorted(passed)}, expected "
                          f"{sorted(mine)}\n{printed}")
     assert not wrong, "\n\n".join(wrong)
