@@ -11,6 +11,7 @@ tools/export_labs.py: do not edit.
   chapters/stragglers.md
 - `labcode.overlap`: from labs/04_ddp.ipynb
 - `labcode.overlap_timing`: from labs/04_ddp.ipynb
+- `labcode.profiling`: from labs/04_ddp.ipynb
 - `labcode.sharding`: from labs/07_sharding.ipynb
 - `labcode.stragglers`: from labs/08_stragglers.ipynb
 - `labcode.training`: from labs/01_single_device.ipynb

@@ -9,6 +9,9 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from dplab.profiles import event_names
+from dplab.timing import in_band
+from dplab.trace import covered_within
 from torch.nn.utils import parameters_to_vector
 from torch.nn.utils import vector_to_parameters
 
@@ -283,3 +286,34 @@ def all_reduce_extra(log, delays):
         elif delays[s][r] == 0:
             split["delayed"].append(t - ref)
     return {k: np.array(v) for k, v in split.items()}
+
+
+# From labs/08_stragglers.ipynb, section "The straggler through the profiler's lens".
+def idle_per_rank(analysis, ranks):
+    # Each rank's idle seconds in a profiler step, the median over its steps, from its
+    # trace as HTA parsed it: the step less the time in which some thread of the rank
+    # ran an operator or the backend an all-reduce (events begun in the step, cut at
+    # its end: Gloo's thread may close an event a moment after the step ends).
+    idle = {}
+    for r in ranks:
+        df, names = event_names(analysis, r)
+        start, end = df["ts"] / 1e6, (df["ts"] + df["dur"]) / 1e6      # µs to s
+        per_step = []
+        for i in df.index[names.str.startswith("ProfilerStep#")]:
+            inside = (start >= start[i]) & (start < end[i]) & (df.index != i)
+            busy = covered_within(zip(start[inside], end[inside]), (start[i], end[i]))
+            per_step.append(end[i] - start[i] - busy)
+        idle[r] = float(np.median(per_step))
+    return idle
+
+
+# From labs/08_stragglers.ipynb, section "The straggler through the profiler's lens".
+def check_straggler_idle(idle, slow, d):
+    # Assert that the idle time points to rank `slow`: d more than every other rank's,
+    # within d/2.
+    others = [t for r, t in idle.items() if r != slow]
+    extra = idle[slow] - max(others, default=0.0)
+    assert in_band("idle of the slowed rank beyond the others' (ms)", 1e3 * extra,
+                   1e3 * d / 2, 1e3 * 3 * d / 2), \
+        f"the trace points to rank {max(idle, key=idle.get)}, not rank {slow}"
+    return extra

@@ -1,0 +1,93 @@
+"""Generated from labs/04_ddp.ipynb by tools/export_labs.py: do not edit.
+
+Change the lab, then run `python tools/export_labs.py`; a test fails while the two differ.
+"""
+import numpy as np
+import os
+import torch.distributed as dist
+from dplab.profiles import RUN_KEY
+from dplab.profiles import event_names
+from dplab.profiles import kineto_quiet
+from dplab.timing import Z
+from dplab.timing import in_band
+from dplab.timing import median_se
+from labcode.overlap_timing import slowest_per_step
+from torch.profiler import ProfilerActivity
+from torch.profiler import profile
+from torch.profiler import record_function
+
+
+# From labs/04_ddp.ipynb, section "The same steps in the PyTorch profiler".
+def profile_steps(step, timeline, folder, n, run, group=None):
+    # n more steps of a traced run, under the PyTorch profiler: each is named
+    # ProfilerStep#i, as HTA expects, and the timeline keeps the same n steps. The
+    # trace, tagged with `run`, goes to folder/rank<r>.json. Returns the timeline's
+    # events.
+    activities = [ProfilerActivity.CPU]
+    if timeline.cuda:
+        activities.append(ProfilerActivity.CUDA)
+    timeline.clear()
+    # kineto_quiet: the profiler's C++ side logs its start and stop to stderr
+    with kineto_quiet(), profile(activities=activities) as prof:
+        for i in range(n):
+            dist.barrier(group=group)        # the ranks start each step together
+            with record_function(f"ProfilerStep#{i}"):
+                step()
+        prof.add_metadata(RUN_KEY, run)
+    os.makedirs(folder, exist_ok=True)
+    prof.export_chrome_trace(os.path.join(folder, f"rank{dist.get_rank()}.json"))
+    return timeline.events()
+
+
+# From labs/04_ddp.ipynb, section "The same steps in the PyTorch profiler".
+def profiler_events(analysis, rank):
+    # One rank's trace, as HTA parsed it, as timeline events (dplab.trace's form).
+    df, names = event_names(analysis, rank)
+    start, end = df["ts"] / 1e6, (df["ts"] + df["dur"]) / 1e6        # µs to s
+    events = []
+    for i in df.index[names.str.startswith("ProfilerStep#")]:
+        s = int(names[i].split("#")[1])
+        # events begun in the step: Gloo's thread may close an all-reduce's event a
+        # moment after the main thread, which the all-reduce released, ends the step
+        inside = (start >= start[i]) & (start < end[i])
+        fwd = inside & (names == "DistributedDataParallel.forward")
+        grads = inside & (names == "torch::autograd::AccumulateGrad")
+        comm = inside & names.str.fullmatch(r"(gloo|nccl):all_reduce")
+        spans = [("step", "step", start[i], end[i]),
+                 ("compute", "forward", start[fwd].min(), end[fwd].max()),
+                 ("compute", "backward", end[fwd].max(), end[grads].max())]
+        spans += [("all-reduce", f"all-reduce {k}", start[j], end[j])
+                  for k, j in enumerate(start[comm].sort_values().index)]
+        events += [dict(rank=rank, step=s, lane=lane, name=name, start=float(a),
+                        end=float(b)) for lane, name, a, b in spans]
+    return events
+
+
+# From labs/04_ddp.ipynb, section "The same steps in the PyTorch profiler", "The check".
+OVERLAP_TOL = 0.10                   # of the all-reduce time
+
+
+# From labs/04_ddp.ipynb, section "The same steps in the PyTorch profiler", "The check".
+STEP_TOL = 0.05                      # of a step
+
+
+# From labs/04_ddp.ipynb, section "The same steps in the PyTorch profiler", "The check".
+def check_profile(timed, profiled, n_buckets):
+    # Assert that the profiler's facts agree with the timeline's (timeline_facts of the
+    # same steps): n_buckets all-reduces in every step, then per key the median over
+    # the steps of the difference of the slowest rank's values, within its band.
+    # Returns {key: (timeline's median, profiler's median, difference, band)}.
+    seen = {len(f["launched"]) for f in profiled.values()}
+    assert seen == {n_buckets}, \
+        f"the profiler saw {seen} all-reduces a step, not {n_buckets}"
+    step = float(np.median(slowest_per_step(timed, "length")))
+    out = {}
+    for key, floor in (("overlap", OVERLAP_TOL), ("exposed", STEP_TOL * step),
+                       ("length", STEP_TOL * step)):
+        a, b = slowest_per_step(timed, key), slowest_per_step(profiled, key)
+        diff = float(np.median(b - a))
+        band = max(floor, Z * median_se(b - a))
+        assert in_band(f"profiler - timeline, {key}", diff, -band, band), \
+            f"{key}: the profiler's median is off the timeline's by {diff:.3g}"
+        out[key] = (float(np.median(a)), float(np.median(b)), diff, band)
+    return out
