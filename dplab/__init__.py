@@ -4,8 +4,10 @@
 it (data, models, timing, plots, hardware, traffic, localcomm) are what the book's pages use.
 """
 from .cluster.errors import BackendError, ClusterError, PortInUseError
+from .cluster.flight import analyze as analyze_flight_records
 from .cluster.handle import Cluster
 from .cluster.start import start_cluster
 from .cluster.watch import RankDiedError, StuckRanksError
 
-__all__ = ["BackendError", "Cluster", "ClusterError", "PortInUseError", "RankDiedError", "StuckRanksError", "start_cluster"]
+__all__ = ["BackendError", "Cluster", "ClusterError", "PortInUseError", "RankDiedError", "StuckRanksError",
+           "analyze_flight_records", "start_cluster"]

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_every_setting_is_described_once_with_its_variable_check_and_docs():
     names = [f.name for f in fields(Settings)]
-    assert names == ["p", "backend", "device", "port", "threads", "timeout", "debug", "stuck_after",
+    assert names == ["p", "backend", "device", "port", "threads", "timeout", "debug", "stuck_after", "flight_recorder",
                      "iface", "launcher", "nodes", "partition"]
     for f in fields(Settings):
         assert set(f.metadata) == {"env", "parse", "doc", "default_doc"}, f.name

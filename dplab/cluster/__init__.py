@@ -8,6 +8,7 @@
     slurm      the SLURM launchers (an sbatch job of their own; a step of the notebook's job)
     engine     the engine side: setup() joins a rank to the process group; RankInfo
     watch      ranks stuck after another failed: WatchedView, StuckRanksError
+    flight     the Flight Recorder: each rank's buffer saved when ranks are stuck; torch's analyzer
     ipp        the private ipyparallel internals the watch needs, in one place
     processes  the cluster's processes: polite shutdown, reaping, files left behind
     guard      the guardian: ends a dead kernel's cluster (processes, SLURM job, files)

@@ -19,6 +19,7 @@ import os
 import socket
 from dataclasses import dataclass, fields
 
+from . import flight
 from .errors import InterfaceError
 from .network import interface_address, listen_socket, loopback_interface
 from .settings import TIMEOUT_S, Settings, threads_per_rank
@@ -148,7 +149,8 @@ def setup(settings: Settings, stacks: str | None = None) -> RankInfo:
     ranks span several nodes; on one node the rendezvous store, Gloo and NCCL listen on
     loopback only). stacks: a folder where this rank
     writes its Python stacks on SIGUSR1 and as it dies (see `dump_stacks_on_signal` and
-    `dump_stacks_on_death`).
+    `dump_stacks_on_death`). flight_recorder (entries, or None): record this rank's collectives
+    in torch's Flight Recorder, and dump them into `stacks` when the watch asks (`record_flights`).
     """
     from datetime import timedelta
 
@@ -165,6 +167,8 @@ def setup(settings: Settings, stacks: str | None = None) -> RankInfo:
     if stacks is not None:
         dump_stacks_on_signal(stack_file(stacks, rank))
         dump_stacks_on_death(last_stacks_file(stacks, rank))
+    if s.flight_recorder:
+        record_flights(s.flight_recorder, stacks, rank)
     if s.debug is not None:  # torch reads it when it is imported: set it, then tell torch
         os.environ["TORCH_DISTRIBUTED_DEBUG"] = s.debug
         dist.set_debug_level_from_env()
@@ -215,6 +219,18 @@ def setup(settings: Settings, stacks: str | None = None) -> RankInfo:
     collective_timeout = timedelta(seconds=s.timeout or TIMEOUT_S)
     dist.init_process_group(s.backend, store=store, rank=rank, world_size=size, timeout=collective_timeout, **kwargs)
     return RankInfo(rank, size, local_rank, dev, port, host, os.getpid())
+
+
+def record_flights(entries: int, stacks: str | None, rank: int) -> None:
+    """Keep this rank's last `entries` collectives in torch's Flight Recorder, and dump them into
+    `stacks` when the watch asks (dplab.cluster.flight: a daemon thread, nothing that outlives us).
+
+    torch reads TORCH_FR_BUFFER_SIZE once per process, when the recorder is first used: set it
+    before the process group is made.
+    """
+    os.environ["TORCH_FR_BUFFER_SIZE"] = str(entries)
+    if stacks is not None:
+        flight.answer_requests(stacks, rank)
 
 
 def finalize() -> None:

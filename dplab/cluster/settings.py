@@ -215,6 +215,22 @@ def _text(raw, name: str, env: str) -> str:
     return str(raw)
 
 
+_entries = _whole_at_least_one("the Flight Recorder's entry count", ", or set 0 (or unset it) to turn it off")
+
+
+def _flight_entries(raw, name: str, env: str) -> int | None:
+    """Entries per rank, or None (off) for 0; refused where this torch cannot record Gloo."""
+    if str(raw).strip() == "0":
+        return None
+    entries = _entries(raw, name, env)
+    from .flight import torch_problem
+
+    if problem := torch_problem():
+        raise ClusterError(f"{name}={raw!r} asks for the Flight Recorder, but {problem}: upgrade torch, "
+                           f"or unset {name}= and {env}")
+    return entries
+
+
 def setting(env: str, default, parse: Callable, doc: str, default_doc: str):
     """One setting: its variable, its default, the function that checks it, and its docs."""
     return field(default=default, metadata={"env": env, "parse": parse, "doc": doc, "default_doc": default_doc})
@@ -248,6 +264,11 @@ class Settings:
     stuck_after: float = setting("DPLAB_STUCK_AFTER", STUCK_AFTER_S, _seconds(0.5, 3600),
                                  "seconds after a rank fails before ranks still blocked in a collective count as "
                                  "stuck", f"{STUCK_AFTER_S:g}")
+    flight_recorder: int | None = setting(
+        "DPLAB_FLIGHT_RECORDER", None, _flight_entries,
+        "collectives each rank's PyTorch Flight Recorder keeps (`TORCH_FR_BUFFER_SIZE`); when ranks are stuck, "
+        "every rank's buffer is saved for `dplab.analyze_flight_records()` (`StuckRanksError.flight_records`)",
+        "off")
     iface: str | None = setting(
         "DPLAB_IFACE", None, _text,
         "the network interface the nodes share (`ib0`, `eth1`, …), used only when ranks run on several nodes: "
@@ -275,6 +296,9 @@ class Settings:
         n_gpus = 0 if device == "cpu" and backend in (None, "gloo") else count_gpus()
         choice = choose_backend(p, n_gpus, backend, device)
         values.update(backend=choice.backend, device=choice.device)
+        if values.get("flight_recorder") and choice.backend == "mpi":
+            raise ClusterError("the Flight Recorder records Gloo's and NCCL's collectives, not MPI's: use "
+                               "backend='gloo', or unset flight_recorder= and DPLAB_FLIGHT_RECORDER")
         if values.get("iface") is not None:  # it must exist here, with an address
             from .network import interface_address
 

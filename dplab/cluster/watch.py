@@ -17,6 +17,9 @@ the other ranks. The watch then raises `RankDiedError` (a `StuckRanksError`): th
 died, how (its exit code or signal) and the line of the cell it was running, all of which
 the rank wrote as it died (`dplab.cluster.engine.dump_stacks_on_death`), then what became of
 the other ranks.
+
+With the `flight_recorder` setting on, the watch first saves every rank's Flight Recorder buffer
+(`dplab.cluster.flight`) to a folder that outlives the cluster: the error's `flight_records`.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from typing import Protocol
 
 from ipyparallel.client.asyncresult import AsyncResult
 
-from . import engine, ipp
+from . import engine, flight, ipp
 from .errors import ClusterError
 
 #: Seconds an interrupted rank gets to return before the cluster is stopped.
@@ -57,6 +60,10 @@ WIDTH = 88  # the book's code column; an output box holds a few more (tests/test
 
 class StuckRanksError(RuntimeError):
     """Some ranks failed or were interrupted while others stayed blocked; the cluster was stopped."""
+
+    #: The folder of every rank's Flight Recorder buffer (rank_0, rank_1, ...), saved as the
+    #: cluster gave up (dplab.analyze_flight_records reads it); None when the recorder was off.
+    flight_records: str | None = None
 
     def __init__(self, message: str, failed: dict, stuck: dict):
         super().__init__(message)
@@ -181,10 +188,11 @@ def _ranks(ranks) -> str:
 
 
 def stuck_message(failed: dict, finished: list, stuck: dict, seconds: float, interrupted: bool,
-                  settings) -> str:
+                  settings, recorded: str = "") -> str:
     """The error text: who failed with what, who was blocked where, and what to do now.
 
     seconds: how long the stuck ranks were given (stuck_after, or the interrupt's grace).
+    recorded: the line that says the Flight Recorder's buffers were saved (flight_line), if they were.
     """
     lines = ["Interrupted."] if interrupted else []
     lines += [f"{_ranks([r])} failed: {why}" for r, why in sorted(failed.items())]
@@ -196,8 +204,21 @@ def stuck_message(failed: dict, finished: list, stuck: dict, seconds: float, int
     for text, ranks in sorted(groups.items(), key=lambda kv: min(kv[1])):
         verb = "did not return" if interrupted else "was still running" if len(ranks) == 1 else "were still running"
         lines.append(f"{_ranks(ranks)} {verb} {seconds:g} s later, {text}")
+    lines += [recorded] if recorded else []
     lines.append("The cluster was stopped: a rank blocked in MPI or a collective cannot be interrupted.")
     return "\n".join(lines + [_restart(settings)])
+
+
+def flight_line(saved: list[int], p: int) -> str:
+    """The line that says whose Flight Recorder buffers were saved, and how to analyse them."""
+    how = "run dplab.analyze_flight_records() to see which rank's collectives differ"
+    if not saved:
+        return ""
+    if len(saved) == p:
+        return f"Each rank's Flight Recorder buffer was saved (the error's flight_records): {how}."
+    none = [r for r in range(p) if r not in saved]
+    return (f"The Flight Recorder buffers of {_ranks(saved)} were saved (the error's flight_records); "
+            f"{_ranks(none)} sent none, and the analyzer needs every rank's.")
 
 
 def _restart(s) -> str:
@@ -413,8 +434,14 @@ class WatchedResult(AsyncResult):
     def _give_up(self, failed: dict, where: dict, seconds: float, interrupted: bool):
         cluster = self._dplab_cluster
         finished = [t for t, s in self.states().items() if s is True]
-        message = stuck_message(failed, finished, where, seconds, interrupted, cluster.settings)
-        self._stop_and_raise(StuckRanksError(message, failed, where))
+        records, saved, p = None, [], len(cluster.ranks)
+        if getattr(cluster.settings, "flight_recorder", None) and cluster.stacks_folder:
+            records, saved = flight.collect(cluster.stacks_folder, list(range(p)))  # before the stop
+        message = stuck_message(failed, finished, where, seconds, interrupted, cluster.settings,
+                                flight_line(saved, p))
+        error = StuckRanksError(message, failed, where)
+        error.flight_records = records
+        self._stop_and_raise(error)
 
     def _report_death(self):
         """Some rank's process died: say which, how and where, and what the others were doing;

@@ -1,0 +1,293 @@
+"""PyTorch's Flight Recorder on a hang: every rank's buffer of its last collectives, saved and analysed.
+
+With the `flight_recorder` setting on, each rank keeps its last collectives in torch's Flight
+Recorder (TORCH_FR_BUFFER_SIZE, set by `dplab.cluster.engine.setup`), and a thread of its own
+waits for a request in the stacks folder (shared by the nodes). A thread can dump the buffer
+while the rank's main thread is blocked in a Gloo collective, which releases the GIL.
+
+- engine side: `answer_requests(folder, rank)`, and `write_dump(path)`, which fills in the
+  table of process groups that torch leaves empty for Gloo (`fill_in_groups`);
+- watch side: `collect(folder, ranks)` asks every rank for its buffer when the watch gives up on
+  stuck ranks, and copies what arrives to a folder that outlives the cluster, as `rank_<r>`;
+- `analyze(folder)` runs torch's analyzer (torch.distributed.flight_recorder.fr_trace) on it,
+  and names the ranks it blames.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+#: The analyzer's module (torch ANALYZER_SINCE and later ship it; before, it lived in pytorch's tools/).
+ANALYZER = "torch.distributed.flight_recorder.fr_trace"
+ANALYZER_SINCE = "2.10"  # the first torch whose wheel holds it (2.9.0's does not: checked in both wheels)
+PREFIX = "rank_"  # the analyzer finds each rank's buffer as <prefix><rank>
+POLL_S = 0.1  # how often a rank looks for a request
+COLLECT_S = 3.0  # how long the watch waits for the buffers
+RERUN = ("run cluster.restart() (the recorder stays on) and the cell that hangs again, "
+         "then dplab.analyze_flight_records()")
+
+#: The folder the last collect() saved in this process: analyze()'s default.
+last_records: str | None = None
+
+
+class FlightRecordsError(RuntimeError):
+    """Flight Recorder buffers that cannot be analysed; the message says what to re-run."""
+
+
+def torch_problem() -> str | None:
+    """Why this torch cannot record Gloo's collectives for the analyzer, or None if it can."""
+    try:
+        import torch
+        from torch._C import _distributed_c10d as c10d
+    except ImportError:
+        return "this torch has no torch.distributed"
+    version = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
+    if version < (2, 8) or not hasattr(c10d, "_dump_fr_trace"):
+        return f"torch {torch.__version__.split('+')[0]} cannot dump Gloo's collectives (torch 2.8 and later can)"
+    return None
+
+
+# -- engine side -------------------------------------------------------------------
+
+def request_file(folder: str) -> str:
+    """The file the watch writes a request into (a new token each time)."""
+    return os.path.join(folder, "flight.request")
+
+
+def buffer_file(folder: str, rank: int) -> str:
+    """Where rank `rank` writes its buffer when asked: empty until then."""
+    return os.path.join(folder, f"rank{rank}.flight")
+
+
+def fill_in_groups(dump: dict, groups: dict) -> dict:
+    """The dump, with the process groups its entries name added to its table (pg_config) from
+    `groups` (name -> {name, desc, ranks}) when the table lacks them.
+
+    For Gloo, torch writes one nameless row ({'': {'name': '', ...}}), and the analyzer then fails
+    on the first entry (KeyError). A table that holds every group used is kept as torch wrote it.
+    """
+    used = {e["process_group"][0] for e in dump.get("entries", [])}
+    table = dump.get("pg_config") or {}
+    if used <= set(table):
+        return dump
+    fixed = {name: row for name, row in table.items() if name}  # less the nameless row
+    fixed.update({name: groups[name] for name in sorted(used - set(fixed)) if name in groups})
+    return {**dump, "pg_config": fixed}
+
+
+def group_table() -> dict:
+    """This process's process groups, as the analyzer's table: name -> {name, desc, ranks}."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _world
+
+    return {name: {"name": name, "desc": getattr(pg, "group_desc", "") or "",
+                   "ranks": str(dist.get_process_group_ranks(pg))}
+            for pg, name in list(_world.pg_names.items())}
+
+
+def write_dump(path: str) -> None:
+    """Write this process's Flight Recorder buffer to `path`, groups filled in; atomically."""
+    import torch
+
+    dump = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        pickle.dump(fill_in_groups(dump, group_table()), f)
+    os.replace(tmp, path)
+
+
+_target: list = []  # [folder, rank] the thread answers for; set again by a later setup
+
+
+def answer_requests(folder: str, rank: int) -> None:
+    """Dump this rank's buffer to buffer_file(folder, rank) at each new request, from a daemon
+    thread (one per process), which polls request_file(folder); files made now, so the watch
+    and the thread only ever reopen them (a shared file system sees that at once)."""
+    open(request_file(folder), "a").close()
+    open(buffer_file(folder, rank), "wb").close()
+    started = bool(_target)
+    _target[:] = [folder, rank]
+    if not started:
+        threading.Thread(target=_serve, name="dplab-flight-recorder", daemon=True).start()
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _serve() -> None:
+    seen = _read(request_file(_target[0]))
+    while True:
+        time.sleep(POLL_S)
+        folder, rank = _target
+        token = _read(request_file(folder))
+        if token and token != seen:
+            seen = token
+            try:
+                write_dump(buffer_file(folder, rank))
+            except Exception:  # noqa: BLE001 - the watch then reports no buffer from this rank
+                pass
+
+
+# -- watch side --------------------------------------------------------------------
+
+def collect(folder: str, ranks: list[int], timeout: float = COLLECT_S) -> tuple[str | None, list[int]]:
+    """Ask `ranks` for their buffers, wait up to `timeout` s, and copy those that arrived, as
+    rank_<r>, to a new folder that outlives the cluster. (that folder or None, the ranks saved)."""
+    global last_records
+    files = {r: buffer_file(folder, r) for r in ranks}
+    try:
+        for path in files.values():
+            open(path, "wb").close()  # empty: what a rank has not answered yet
+        with open(request_file(folder), "w") as f:
+            f.write(str(time.time_ns()))
+    except OSError:
+        return None, []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(map(_size, files.values())):
+        time.sleep(0.05)
+    saved = [r for r, path in files.items() if _size(path)]
+    if not saved:
+        return None, []
+    out = tempfile.mkdtemp(prefix="dplab-flight-")
+    for r in saved:
+        shutil.copyfile(files[r], os.path.join(out, f"{PREFIX}{r}"))
+    last_records = out
+    return out, saved
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+# -- the analyzer --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FlightAnalysis:
+    """What torch's analyzer says of the buffers; str() is the summary."""
+
+    raw: str  # its output as it wrote it
+    text: str  # the same, each file of a stack trace cut to its name, and each trace to the frames
+    #           down to the notebook cell's ("cell:LINE")
+    summary: str  # the same without the stack traces
+    missing: frozenset  # ranks that did not join a collective the others called
+    culprits: frozenset  # ranks whose collective did not match the others' ("Culprit rank N")
+
+    @property
+    def ranks(self) -> list[int]:
+        """Every rank the analyzer names."""
+        return sorted(self.missing | self.culprits)
+
+    def __str__(self) -> str:
+        return self.summary
+
+
+_FRAME = re.compile(r"^(\s*\S+ at )(.*):(\d+)$")  # "all_reduce at /path/file.py:123"
+_CELL = re.compile(r"ipykernel_\d+[/\\]\d+\.py$")
+
+
+def _short(line: str) -> str:
+    m = _FRAME.match(line)
+    if not m:
+        return line.rstrip()
+    name = "cell" if _CELL.search(m.group(2)) else re.split(r"[/\\]", m.group(2))[-1]
+    return f"{m.group(1)}{name}:{m.group(3)}"
+
+
+def _through_the_cell(lines: list[str]) -> list[str]:
+    """The lines, each stack trace cut after the notebook cell's frame (the kernel's own below it)."""
+    kept, past_cell = [], False
+    for line in lines:
+        frame = _FRAME.match(line)
+        past_cell = past_cell and bool(frame)
+        if not past_cell:
+            kept.append(line)
+        past_cell = past_cell or (bool(frame) and line.rstrip().rsplit(" ", 1)[-1].startswith("cell:"))
+    return kept
+
+
+def _summary(lines: list[str]) -> str:
+    """The analyzer's lines less its stack traces (a 'collective stack trace:' line, then frames)."""
+    kept = [line for line in lines if not _FRAME.match(line) and not line.startswith("collective stack trace")]
+    return "\n".join(line for line in kept if line.strip())
+
+
+def _world_size(dump: dict) -> int | None:
+    for row in (dump.get("pg_config") or {}).values():
+        if row.get("desc") == "default_pg":
+            return len(ast.literal_eval(row["ranks"]))
+    return None
+
+
+def check_folder(folder: str) -> list[int]:
+    """The ranks whose buffers `folder` holds; raise if one is missing or unreadable."""
+    if not os.path.isdir(folder):
+        raise FlightRecordsError(f"the folder of Flight Recorder buffers is gone (it was temporary): {RERUN}")
+    found, world = {}, set()
+    for name in os.listdir(folder):
+        if re.fullmatch(rf"{PREFIX}\d+", name):
+            found[int(name[len(PREFIX):])] = os.path.join(folder, name)
+    for rank, path in sorted(found.items()):
+        try:
+            with open(path, "rb") as f:
+                dump = pickle.load(f)
+            world.add(_world_size(dump) or 0)
+        except Exception:  # noqa: BLE001 - any failure to read it: truncated, not a pickle
+            raise FlightRecordsError(f"rank {rank}'s Flight Recorder buffer is truncated or unreadable: "
+                                     f"{RERUN}") from None
+    expected = set(range(max(world | {max(found, default=-1) + 1})))
+    if missing := sorted(expected - set(found)):
+        who = ", ".join(map(str, missing))
+        raise FlightRecordsError(f"no Flight Recorder buffer from rank{'s' if len(missing) > 1 else ''} {who} "
+                                 f"(the analyzer needs every rank's): {RERUN}")
+    return sorted(found)
+
+
+def analyze(folder: str | None = None, timeout: float = 60) -> FlightAnalysis:
+    """Run torch's Flight Recorder analyzer on `folder` (default: the last one saved in this
+    process, a StuckRanksError's `flight_records`), at most `timeout` s; name the ranks it blames."""
+    import importlib.util
+
+    folder = folder or last_records
+    if folder is None:
+        raise FlightRecordsError("no Flight Recorder buffers were saved in this session: start the cluster "
+                                 "with flight_recorder=64 (or DPLAB_FLIGHT_RECORDER=64) and run the cell "
+                                 "that hangs")
+    check_folder(str(folder))
+    if importlib.util.find_spec(ANALYZER.rsplit(".", 1)[0]) is None:
+        import torch
+
+        raise FlightRecordsError(
+            f"torch {torch.__version__.split('+')[0]} has no Flight Recorder analyzer ({ANALYZER}, in torch "
+            f"{ANALYZER_SINCE} and later): the buffers are saved; analyse them with a newer torch: "
+            f"python -m {ANALYZER} FOLDER -p {PREFIX}")
+    try:
+        done = subprocess.run([sys.executable, "-m", ANALYZER, str(folder), "-p", PREFIX], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise FlightRecordsError(f"torch's Flight Recorder analyzer took more than {timeout:g} s: "
+                                 "call dplab.analyze_flight_records(timeout=...) with more") from None
+    lines = [_short(line) for line in done.stdout.splitlines()]
+    if done.returncode != 0:
+        last = next((line for line in reversed(lines) if line.strip()), "")
+        raise FlightRecordsError(f"torch's Flight Recorder analyzer failed ({last}): {RERUN}")
+    text = "\n".join(_through_the_cell(lines))
+    missing = {r for m in re.finditer(r"missing ranks: (\{[\d, ]*\})", text) for r in ast.literal_eval(m.group(1))}
+    culprits = {int(r) for r in re.findall(r"Culprit rank (\d+)", text)}
+    return FlightAnalysis(done.stdout, text, _summary(lines), frozenset(missing), frozenset(culprits))

@@ -1,0 +1,135 @@
+"""PyTorch's Flight Recorder on a hang: every rank's buffer is saved as the watch gives up, and
+torch's analyzer names the rank that skipped a collective."""
+import pickle
+import shutil
+import time
+
+import pytest
+
+import dplab
+from dplab import ClusterError
+from dplab.cluster import flight
+from dplab.cluster.settings import Settings
+
+from conftest import descendants
+
+LIMIT_S = 15  # the most a hanging cell may take to raise, buffers saved
+
+LAST_RANK_SKIPS = """\
+import torch, torch.distributed as dist
+t = torch.ones(4)
+dist.all_reduce(t)
+if rank < world_size - 1:
+    dist.all_reduce(t)
+"""
+
+ENTRY = {"process_group": ("0", "default_pg"), "profiling_name": "gloo:all_reduce", "collective_seq_id": 1}
+GLOO_DUMP = {"version": "2.10", "pg_config": {"": {"name": "", "desc": "", "ranks": "[0, 1]"}},
+             "entries": [ENTRY]}
+GROUPS = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"},
+          "1": {"name": "1", "desc": "undefined", "ranks": "[1]"}}
+
+
+# -- the pieces, without a cluster ---------------------------------------------
+
+def test_the_group_table_is_filled_in_only_where_it_lacks_the_groups_used():
+    fixed = flight.fill_in_groups(GLOO_DUMP, GROUPS)
+    assert fixed["pg_config"] == {"0": GROUPS["0"]} and fixed["entries"] == [ENTRY]
+    assert GLOO_DUMP["pg_config"] == {"": {"name": "", "desc": "", "ranks": "[0, 1]"}}  # not changed in place
+    nccl = {**GLOO_DUMP, "pg_config": {"0": {"name": "0", "desc": "mine", "ranks": "[0, 1]"}}}
+    assert flight.fill_in_groups(nccl, GROUPS) is nccl  # torch's own table is kept
+    assert flight.fill_in_groups({**GLOO_DUMP, "entries": []}, GROUPS)["pg_config"] == GLOO_DUMP["pg_config"]
+
+
+def write(folder, rank, dump=GLOO_DUMP):
+    (folder / f"rank_{rank}").write_bytes(pickle.dumps(flight.fill_in_groups(dump, GROUPS)))
+
+
+def test_buffers_that_cannot_be_analysed_say_what_to_rerun(tmp_path, monkeypatch):
+    monkeypatch.setattr(flight, "last_records", None)
+    with pytest.raises(flight.FlightRecordsError, match="no Flight Recorder buffers were saved"):
+        dplab.analyze_flight_records()
+    with pytest.raises(flight.FlightRecordsError, match=r"is gone .*cluster.restart\(\)"):
+        dplab.analyze_flight_records(str(tmp_path / "nowhere"))
+    write(tmp_path, 0)  # rank 1's is missing: the default group has two ranks
+    with pytest.raises(flight.FlightRecordsError, match=r"no Flight Recorder buffer from rank 1 .*cluster.restart"):
+        flight.analyze(str(tmp_path))
+    (tmp_path / "rank_1").write_bytes(pickle.dumps(GLOO_DUMP)[:20])
+    with pytest.raises(flight.FlightRecordsError, match="rank 1's Flight Recorder buffer is truncated"):
+        flight.analyze(str(tmp_path))
+    write(tmp_path, 1)
+    assert flight.check_folder(str(tmp_path)) == [0, 1]
+
+
+def recorded(name: str) -> dict:
+    """One rank's buffer, as torch 2.13 dumps it, holding one collective `name` of the default group."""
+    entry = {"frames": [], "record_id": 0, "pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": 1,
+             "p2p_seq_id": 0, "op_id": 1, "profiling_name": f"gloo:{name}", "time_created_ns": 0,
+             "input_sizes": [[4]], "input_dtypes": ["Float"], "output_sizes": [[4]], "output_dtypes": ["Float"],
+             "state": "scheduled", "time_discovered_started_ns": None, "time_discovered_completed_ns": None,
+             "retired": False, "timeout_ms": 1000, "is_p2p": False}
+    return {**GLOO_DUMP, "pg_status": {}, "comm_lib_version": "", "entries": [entry]}
+
+
+def test_the_analyzer_names_the_rank_whose_collective_differs(tmp_path):
+    write(tmp_path, 0, recorded("all_reduce"))
+    write(tmp_path, 1, recorded("broadcast"))
+    found = flight.analyze(str(tmp_path))
+    assert found.culprits == {1} and found.missing == set() and found.ranks == [1], found.raw
+    assert "Culprit rank 1; Error type: COLLECTIVE_TYPE_MISMATCH" in found.summary
+
+
+def test_the_recorder_setting_is_checked_before_anything_starts(monkeypatch):
+    assert Settings.resolve(p=2).flight_recorder is None
+    assert Settings.resolve(p=2, flight_recorder=0).flight_recorder is None
+    assert Settings.resolve({"DPLAB_FLIGHT_RECORDER": "32"}, p=2).flight_recorder == 32
+    before = descendants()
+    monkeypatch.setenv("DPLAB_FLIGHT_RECORDER", "lots")
+    with pytest.raises(ClusterError, match="DPLAB_FLIGHT_RECORDER"):
+        dplab.start_cluster(2)
+    monkeypatch.setenv("DPLAB_FLIGHT_RECORDER", "64")
+    monkeypatch.setattr(flight, "torch_problem", lambda: "torch 2.7.1 cannot dump Gloo's collectives")
+    with pytest.raises(ClusterError, match="asks for the Flight Recorder, but torch 2.7.1 cannot"):
+        dplab.start_cluster(2)
+    assert descendants() == before
+
+
+def test_an_old_torch_is_told_apart(monkeypatch):
+    import torch
+
+    assert flight.torch_problem() is None
+    monkeypatch.delattr(torch._C._distributed_c10d, "_dump_fr_trace")
+    assert "cannot dump Gloo's collectives (torch 2.8 and later can)" in flight.torch_problem()
+
+
+# -- real clusters -------------------------------------------------------------
+
+def hang(cluster):
+    t0 = time.perf_counter()
+    with pytest.raises(dplab.StuckRanksError) as caught:
+        cluster.view.execute(LAST_RANK_SKIPS)
+    assert time.perf_counter() - t0 < LIMIT_S and not cluster.running
+    return caught.value
+
+
+def test_a_skipped_collective_is_named_by_torchs_analyzer(leaves_nothing):
+    with dplab.start_cluster(2, stuck_after=1, flight_recorder=16) as c:
+        err = hang(c)
+    text = str(err)
+    assert "rank 0 was still running 1 s later, waiting in torch.distributed.all_reduce" in text
+    assert ("Each rank's Flight Recorder buffer was saved (the error's flight_records): run "
+            "dplab.analyze_flight_records() to see which rank's collectives differ.") in text.splitlines()
+    assert "/" not in text.replace("(gloo, cpu)", "")  # no machine paths
+    assert flight.check_folder(err.flight_records) == [0, 1]  # it outlives the cluster
+    found = dplab.analyze_flight_records()  # the last folder saved
+    assert found.missing == {1} and found.ranks == [1], found.raw
+    assert "collective: gloo:all_reduce" in found.summary and "missing ranks: {1}" in str(found)
+    assert "all_reduce at distributed_c10d.py:" in found.text and found.text.endswith("<module> at cell:5")
+    assert "/" not in found.text and "stack trace" not in found.summary
+    shutil.rmtree(err.flight_records)
+
+
+def test_with_the_recorder_off_nothing_is_saved(leaves_nothing):
+    with dplab.start_cluster(2, stuck_after=1) as c:
+        err = hang(c)
+    assert err.flight_records is None and "Flight Recorder" not in str(err)
