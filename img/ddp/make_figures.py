@@ -1,16 +1,20 @@
 """Draw the DDP chapters' figures: img/ddp/ddp_run.svg and sampler.svg ("Using DDP"), and
-img/ddp/overlap_timeline.svg and no_sync.svg ("Inside DDP").
+img/ddp/overlap_timeline.svg, no_sync.svg and profiled_step.svg ("Inside DDP").
 
 ddp_run.svg reads chapters/ddp_train.py, the script that "Using DDP" lists, for the line of
 each call it shows; overlap_timeline.svg and no_sync.svg take every start and end from the
 step-time formula of "Inside DDP", labcode.formulas.overlap_step_time; sampler.svg shows the
-indices that torch's own DistributedSampler returns.
+indices that torch's own DistributedSampler returns. profiled_step.svg draws one step of a real
+run as the PyTorch profiler recorded it, kept in profiled_step.json: rebuild that file from
+the traces of tests/mpi/profile_runs.py with `--traces FOLDER RUN`.
 
 Run from the repository root: .venv/bin/python img/ddp/make_figures.py
 """
 from __future__ import annotations
 
+import json
 import re
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -325,16 +329,64 @@ def sampler_figure() -> plt.Figure:
     return fig
 
 
+# ---------------------------------------------------------------------------------------
+# profiled_step.svg: one DDP step on 2 ranks, from the PyTorch profiler's traces (Lab 4's run).
+PROFILED = HERE / "profiled_step.json"
+
+
+def keep_profiled_step(folder: str, run: str) -> None:
+    """Write PROFILED: for each cap, the step of median length of the traces in folder/cap<c>
+    (tests/mpi/profile_runs.py's), as labcode.profiling.profiler_events reads them, every
+    time in seconds from its rank's step start."""
+    import torch
+
+    from dplab.profiles import open_traces
+    from labcode.profiling import profiler_events
+
+    kept = {}
+    for cap in (5, 50):
+        analysis = open_traces(f"{folder}/cap{cap}", range(2), run, "rerun profile_runs.py")
+        events = [e for r in range(2) for e in profiler_events(analysis, r)]
+        lengths = {}
+        for e in events:
+            if e["lane"] == "step":
+                lengths[e["step"]] = max(lengths.get(e["step"], 0.0), e["end"] - e["start"])
+        middle = sorted(lengths, key=lengths.get)[len(lengths) // 2]
+        starts = {e["rank"]: e["start"] for e in events if e["step"] == middle and e["lane"] == "step"}
+        kept[str(cap)] = [dict(e, step=0, start=round(e["start"] - starts[e["rank"]], 6),
+                               end=round(e["end"] - starts[e["rank"]], 6))
+                          for e in events if e["step"] == middle]
+    about = (f"one step of DDP on 2 Gloo ranks (Lab 4's wide MLP, one thread each), torch "
+             f"{torch.__version__}, read from the PyTorch profiler's traces by HTA's parser")
+    PROFILED.write_text(json.dumps({"about": about, "caps": kept}, indent=1) + "\n")
+
+
+def profiled_step() -> plt.Figure:
+    from dplab.trace import plot_timeline
+
+    kept = json.loads(PROFILED.read_text())["caps"]
+    fig, axes = plt.subplots(len(kept), 1, figsize=(6.4, 3.4), sharex=True, layout="constrained")
+    colours = {"forward": "#aec7e8", "backward": PALETTE[0], "all-reduce": PALETTE[1]}
+    for ax, (cap, events) in zip(axes, kept.items()):
+        buckets = sum(e["lane"] == "all-reduce" and e["rank"] == 0 for e in events)
+        plot_timeline(ax, events, ["compute", "all-reduce"], colours, origin=0,
+                      title=f"bucket cap {cap} MiB: {buckets} all-reduce(s) per step")
+    return fig
+
+
 def figures() -> dict[str, bytes]:
     """File name -> SVG bytes of every figure of the two DDP chapters."""
     use_book_style()
     return {"ddp_run.svg": svg_bytes(ddp_run()),
             "overlap_timeline.svg": svg_bytes(overlap_timeline()),
             "no_sync.svg": svg_bytes(no_sync_timeline()),
-            "sampler.svg": svg_bytes(sampler_figure())}
+            "sampler.svg": svg_bytes(sampler_figure()),
+            "profiled_step.svg": svg_bytes(profiled_step())}
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--traces"]:
+        keep_profiled_step(*sys.argv[2:4])
     write_figures(figures(), HERE)
 
 
