@@ -23,6 +23,11 @@ INTERNALS = (
      "counted to show the broadcasts DDP makes at construction and before each forward pass"),
     ("torch.nn.modules._functions:SyncBatchNorm", "chapters/data_parallelism.md, exercise 4",
      "its source is read to show the two messages SyncBatchNorm sends"),
+    ("torch._C:_distributed_c10d", "dplab.cluster.flight (Lab 5)",
+     "torch.distributed's C++ side, where the Flight Recorder's dump lives"),
+    ("torch._C._distributed_c10d:_dump_fr_trace", "dplab.cluster.flight (Lab 5)",
+     "a rank's Flight Recorder buffer, as pickle bytes: torch dumps it by itself only on NCCL's "
+     "watchdog timeout, and a stuck Gloo rank never gets one"),
     ("os:_exit", "dplab.cluster.engine.dump_stacks_on_death",
      "wrapped, so that a rank that ends through os._exit first writes where it was"),
 )
