@@ -31,7 +31,7 @@ ANALYZER = "torch.distributed.flight_recorder.fr_trace"
 ANALYZER_SINCE = "2.10"  # the first torch whose wheel holds it (2.9.0's does not: checked in both wheels)
 PREFIX = "rank_"  # the analyzer finds each rank's buffer as <prefix><rank>
 POLL_S = 0.1  # how often a rank looks for a request
-COLLECT_S = 3.0  # how long the watch waits for the buffers
+COLLECT_S = 10.0  # how long the watch waits for the buffers (3 s missed one rank beside stress-ng)
 RERUN = ("run cluster.restart() (the recorder stays on) and the cell that hangs again, "
          "then dplab.analyze_flight_records()")
 
