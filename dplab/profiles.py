@@ -94,9 +94,9 @@ def gpu_kernels(analysis, rank: int) -> int:
     return int((analysis.t.get_trace(rank)["stream"] >= 0).sum())
 
 
-def event_names(analysis, rank: int):
-    """A rank's events as HTA parsed them (a pandas DataFrame: ts and dur in microseconds),
-    and their names (HTA stores a symbol id in the `name` column)."""
+def event_times(analysis, rank: int):
+    """A rank's events as HTA parsed them: their names, starts and ends in seconds (pandas
+    Series on one index). HTA stores a symbol id in its `name` column, and times in µs."""
     df = analysis.t.get_trace(rank)
     symbols = analysis.t.symbol_table.get_sym_table()
-    return df, df["name"].map(symbols.__getitem__)
+    return df["name"].map(symbols.__getitem__), df["ts"] / 1e6, (df["ts"] + df["dur"]) / 1e6

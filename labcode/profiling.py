@@ -6,7 +6,7 @@ import numpy as np
 import os
 import torch.distributed as dist
 from dplab.profiles import RUN_KEY
-from dplab.profiles import event_names
+from dplab.profiles import event_times
 from dplab.profiles import kineto_quiet
 from dplab.timing import Z
 from dplab.timing import in_band
@@ -42,10 +42,9 @@ def profile_steps(step, timeline, folder, n, run, group=None):
 # From labs/04_ddp.ipynb, section "The same steps in the PyTorch profiler".
 def profiler_events(analysis, rank):
     # One rank's trace, as HTA parsed it, as timeline events (dplab.trace's form).
-    df, names = event_names(analysis, rank)
-    start, end = df["ts"] / 1e6, (df["ts"] + df["dur"]) / 1e6        # µs to s
+    names, start, end = event_times(analysis, rank)
     events = []
-    for i in df.index[names.str.startswith("ProfilerStep#")]:
+    for i in names.index[names.str.startswith("ProfilerStep#")]:
         s = int(names[i].split("#")[1])
         # events begun in the step: Gloo's thread may close an all-reduce's event a
         # moment after the main thread, which the all-reduce released, ends the step

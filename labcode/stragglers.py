@@ -9,7 +9,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from dplab.profiles import event_names
+from dplab.profiles import event_times
 from dplab.timing import in_band
 from dplab.trace import covered_within
 from torch.nn.utils import parameters_to_vector
@@ -296,11 +296,10 @@ def idle_per_rank(analysis, ranks):
     # its end: Gloo's thread may close an event a moment after the step ends).
     idle = {}
     for r in ranks:
-        df, names = event_names(analysis, r)
-        start, end = df["ts"] / 1e6, (df["ts"] + df["dur"]) / 1e6      # µs to s
+        names, start, end = event_times(analysis, r)
         per_step = []
-        for i in df.index[names.str.startswith("ProfilerStep#")]:
-            inside = (start >= start[i]) & (start < end[i]) & (df.index != i)
+        for i in names.index[names.str.startswith("ProfilerStep#")]:
+            inside = (start >= start[i]) & (start < end[i]) & (names.index != i)
             busy = covered_within(zip(start[inside], end[inside]), (start[i], end[i]))
             per_step.append(end[i] - start[i] - busy)
         idle[r] = float(np.median(per_step))

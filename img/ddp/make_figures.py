@@ -341,16 +341,14 @@ def keep_profiled_step(folder: str, run: str) -> None:
     import torch
 
     from dplab.profiles import open_traces
+    from dplab.trace import step_lengths
     from labcode.profiling import profiler_events
 
     kept = {}
     for cap in (5, 50):
         analysis = open_traces(f"{folder}/cap{cap}", range(2), run, "rerun profile_runs.py")
         events = [e for r in range(2) for e in profiler_events(analysis, r)]
-        lengths = {}
-        for e in events:
-            if e["lane"] == "step":
-                lengths[e["step"]] = max(lengths.get(e["step"], 0.0), e["end"] - e["start"])
+        lengths = step_lengths(events)
         middle = sorted(lengths, key=lengths.get)[len(lengths) // 2]
         starts = {e["rank"]: e["start"] for e in events if e["step"] == middle and e["lane"] == "step"}
         kept[str(cap)] = [dict(e, step=0, start=round(e["start"] - starts[e["rank"]], 6),
