@@ -14,7 +14,7 @@ from dplab.cluster.settings import Settings
 
 resolve = Settings.resolve
 
-from conftest import descendants, cluster_processes, wait_until_gone
+from tests.support.processes import cluster_process_names, descendants, wait_until_gone
 
 
 # -- settings and bad input: all raised before any process starts ---------------
@@ -164,7 +164,7 @@ def test_cluster_ranks_join_one_process_group_and_stop_cleanly():
         c.view.execute("import torch; n_threads = torch.get_num_threads()")
         assert c.view["n_threads"] == [settings.threads_per_rank(2)] * 2
         cid = c.cluster_id
-        assert cluster_processes(cid), "engines should be running"
+        assert cluster_process_names(cid), "engines should be running"
         c.view.execute(
             "import os\n"
             "env = {k: os.environ[k] for k in ('RANK', 'MASTER_ADDR', 'MASTER_PORT', 'WORLD_SIZE', 'LOCAL_RANK')}"
@@ -194,7 +194,7 @@ def test_cluster_ranks_join_one_process_group_and_stop_cleanly():
         assert {(i.port, i.host) for i in c.ranks} == {(c.port, socket.gethostname())}
     assert not c.running
     assert wait_until_gone(descendants() - before) == set()
-    assert cluster_processes(cid) == []
+    assert cluster_process_names(cid) == []
 
 
 def test_error_inside_with_block_still_stops_everything():
@@ -204,7 +204,7 @@ def test_error_inside_with_block_still_stops_everything():
             cid = c.cluster_id
             1 / 0
     assert wait_until_gone(descendants() - before) == set()
-    assert cluster_processes(cid) == []
+    assert cluster_process_names(cid) == []
 
 
 def test_failure_while_joining_the_process_group_leaves_nothing_running():
@@ -223,7 +223,7 @@ def test_starting_a_second_cluster_stops_the_first():
     second = dplab.start_cluster(1, init_torch=False)
     try:
         assert not first.running and second.running
-        assert cluster_processes(first_id) == []
+        assert cluster_process_names(first_id) == []
     finally:
         second.stop()
 
@@ -243,6 +243,6 @@ def test_interpreter_exit_stops_a_cluster_nobody_stopped(tmp_path):
     import time
 
     deadline = time.time() + 10
-    while cluster_processes(cid) and time.time() < deadline:
+    while cluster_process_names(cid) and time.time() < deadline:
         time.sleep(0.5)
-    assert cluster_processes(cid) == []
+    assert cluster_process_names(cid) == []

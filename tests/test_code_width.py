@@ -5,18 +5,17 @@ they include with `{literalinclude}` (options start-at, start-after, end-before,
 lines, pyobject), and every lab's code cells. Text includes (benchmark tables) and outputs
 are not code.
 """
-import ast
-import re
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from tests.support.pages import FENCE, directive_options, included_lines, option_lines
+
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 88
 CHAPTERS = sorted((ROOT / "chapters").glob("*.md")) + [ROOT / "intro.md"]
 LABS = sorted((ROOT / "labs").glob("*.ipynb"))
-FENCE = re.compile(r"^(\s*)(`{3,}|~{3,}|:{3,})\s*(.*)$")
 
 
 def fenced_blocks(text: str):
@@ -46,65 +45,14 @@ def is_code(info: str) -> bool:
     return True
 
 
-def option_lines(body: list[str]) -> int:
-    """How many lines at the top of a directive's body are its options (`:key:` or a --- block)."""
-    if body and body[0].strip() == "---":
-        return next((i + 1 for i in range(1, len(body)) if body[i].strip() == "---"), 0)
-    return next((i for i, line in enumerate(body) if not line.lstrip().startswith(":")), len(body))
 
 
-def directive_options(body: list[str]) -> dict[str, str]:
-    """The `:key: value` options at the top of a directive's body."""
-    options = {}
-    for line in body[:option_lines(body)]:
-        m = re.match(r"^\s*:([\w-]+):\s*(.*)$", line)
-        if m:
-            options[m.group(1)] = m.group(2).strip().strip("\"'")
-    return options
 
 
-def python_object(lines: list[str], name: str) -> list[str]:
-    """The lines of a top-level function or class (or Class.method), as :pyobject: selects."""
-    nodes = ast.parse("\n".join(lines)).body
-    *outer, last = name.split(".")
-    for part in outer:
-        nodes = next(n for n in nodes if getattr(n, "name", None) == part).body
-    node = next(n for n in nodes if getattr(n, "name", None) == last)
-    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-    return lines[first - 1:node.end_lineno]
 
 
-def selected_lines(spec: str, count: int) -> list[int]:
-    """Zero-based indices that a :lines: spec like `1-3,5,8-` picks."""
-    picked = []
-    for part in spec.split(","):
-        start, _, end = part.strip().partition("-")
-        if "-" not in part:
-            end = start
-        picked += range(int(start or 1) - 1, int(end) if end else count)
-    return picked
 
 
-def included_lines(path: Path, options: dict[str, str]) -> list[tuple[int, str]]:
-    """(line number in the file, text) of the part of `path` a literalinclude shows."""
-    lines = path.read_text().splitlines()
-    numbered = list(enumerate(lines, 1))
-    if "pyobject" in options:
-        part = python_object(lines, options["pyobject"])
-        start = next(i for i in range(len(lines)) if lines[i:i + len(part)] == part)
-        numbered = numbered[start:start + len(part)]
-    if "lines" in options:
-        numbered = [numbered[i] for i in selected_lines(options["lines"], len(numbered))]
-    texts = [t for _, t in numbered]
-    for key, after in (("start-at", False), ("start-after", True)):
-        if key in options:
-            i = next(i for i, t in enumerate(texts) if options[key] in t) + after
-            numbered, texts = numbered[i:], texts[i:]
-    for key, keep in (("end-before", False), ("end-at", True)):
-        if key in options:
-            i = next(i for i, t in enumerate(texts) if options[key] in t) + keep
-            numbered, texts = numbered[:i], texts[:i]
-    return numbered
 
 
 def too_wide(where: str, numbered) -> list[str]:

@@ -283,6 +283,6 @@ def test_a_shape_mismatch_raises():
 
 @pytest.mark.parametrize("p", [1, 4, 6])
 def test_hierarchical_allreduce_equals_mpi_and_sends_what_the_formulas_say_under_mpiexec(p):
-    from conftest import assert_every_rank_passes
+    from tests.support.mpi import assert_every_rank_passes
 
     assert_every_rank_passes("check_hierarchical.py", p, ["equal", "counted", "caught"])

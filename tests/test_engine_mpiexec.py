@@ -5,7 +5,7 @@ import pytest
 
 from dplab.cluster.jobs import run_job
 
-from conftest import rank_lines
+from tests.support.mpi import lines_matching
 
 HERE = os.path.dirname(__file__)
 
@@ -15,5 +15,5 @@ def test_engine_setup_under_mpiexec_matches_mpi_allreduce(port):
     """'job': the port run_job puts in DPLAB_PORT; 'auto': rank 0 picks one and tells the others."""
     out = run_job(os.path.join(HERE, "mpi", "check_engine.py"), 2, [port], timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
-    lines = rank_lines(out.stdout, r"rank \d+/\d+: \[[\d, ]+\]")
+    lines = lines_matching(out.stdout, r"rank \d+/\d+: \[[\d, ]+\]")
     assert lines == ["rank 0/2: [4, 6]", "rank 1/2: [4, 6]"]

@@ -15,7 +15,7 @@ from dplab.cluster.settings import Settings
 
 resolve = Settings.resolve
 
-from conftest import cluster_processes, descendants
+from tests.support.processes import cluster_process_names, descendants
 
 LIMIT_S = 10  # the most a failing cell may take to raise
 
@@ -191,7 +191,7 @@ def test_one_rank_error_before_a_collective_raises_and_restart_brings_the_cluste
         assert "ranks 0, 2, 3 were still running 3 s later, waiting in MPI at line 5 of the cell: " \
                "total = comm.allreduce(1)" in text
         assert "cluster.restart()" in text and "4 engines again (gloo, cpu)" in text
-        assert not c.running and cluster_processes(first_id) == []
+        assert not c.running and cluster_process_names(first_id) == []
         assert sorted(err.failed) == [1] and sorted(err.stuck) == [0, 2, 3]
 
         c.restart()  # one call: the same p, backend and device

@@ -11,7 +11,7 @@ from dplab import ClusterError
 from dplab.cluster import flight
 from dplab.cluster.settings import Settings
 
-from conftest import descendants
+from tests.support.processes import descendants
 
 LIMIT_S = 15  # the most a hanging cell may take to raise, buffers saved
 

@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 import torch
-from test_layout import code_to_scan
+from tests.support.pages import code_to_scan
 
 from dplab import internals
 

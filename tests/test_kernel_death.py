@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 import dplab
-from kernels import Learner, run, running
+from tests.support.kernels import Learner, run, running
 
 LIMIT_S = 10  # issue 28: everything of the cluster is gone within 10 s of the kernel's death
 

@@ -2,7 +2,7 @@
 set up the ranks as the launching chapter says, and train to the single-process result."""
 import socket
 
-from recipes import check_mapping, check_training, rank_lines, reference, run
+from tests.support.recipes import check_mapping, check_training, rank_lines, reference, run
 
 
 def test_reference_is_one_process_with_the_whole_batch():

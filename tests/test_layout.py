@@ -7,7 +7,8 @@ import json
 import re
 from pathlib import Path
 
-import pytest
+
+from tests.support.pages import code_to_scan
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("dplab", "labcode")
@@ -201,32 +202,8 @@ def env_reads(source: str) -> list[tuple[int, str]]:
     return found
 
 
-def _python(text: str) -> str:
-    """A notebook's or a MyST page's cell as plain Python: IPython magics and shell lines commented out."""
-    return "\n".join("#" + line if line.lstrip().startswith(("%", "!")) else line for line in text.splitlines())
 
 
-def code_to_scan(root: Path) -> list[tuple[str, int, str]]:
-    """(file, first line, Python source) of the code in dplab/, labcode/, benchmarks/, tools/, hub/,
-    launch/, chapters' scripts, the labs' code cells and the code cells of the chapters and intro.md."""
-    found = []
-    for folder in ("dplab", "labcode", "benchmarks", "tools", "hub", "launch", "chapters"):
-        for path in sorted((root / folder).rglob("*.py")):
-            found.append((str(path.relative_to(root)), 1, path.read_text()))
-    for path in sorted((root / "labs").glob("*.ipynb")):
-        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
-            if cell["cell_type"] == "code":
-                found.append((f"{path.relative_to(root)} (cell {i})", 1, _python("".join(cell["source"]))))
-    for path in sorted((root / "chapters").glob("*.md")) + [root / "intro.md"]:
-        if not path.exists():
-            continue
-        text = path.read_text()
-        for m in re.finditer(r"^```\{code-cell\}[^\n]*\n(.*?)^```", text, flags=re.M | re.S):
-            # the cell's options (`:key: value` lines, or a --- YAML block) become blank lines
-            body = re.sub(r"\A(?:(?::[^\n]*\n)+|---\n.*?\n---\n)", lambda h: "\n" * h.group(0).count("\n"),
-                          m.group(1), flags=re.S)
-            found.append((str(path.relative_to(root)), text[: m.start(1)].count("\n") + 1, _python(body)))
-    return found
 
 
 def allowed(where: str, variable: str) -> bool:
@@ -433,30 +410,3 @@ def test_the_reading_order_test_catches_a_page_that_imports_from_a_later_lab(tmp
     assert "chapters/collectives: uses labs/02_data_parallel_by_hand ahead of it, but no " \
            "paragraph says so (name {ref}`lab-2` and say 'ahead of')" in reading_order_breaks(
                tmp_path, previews=silent)
-
-
-# -- one conftest per pytest run ------------------------------------------------------
-
-def shadowing_conftests(root: Path) -> list[str]:
-    """conftest.py files below tests/ that `make test-kit` collects. With no __init__.py, each is
-    imported as the module `conftest`, and the second replaces tests/conftest.py for the test
-    modules imported after it: their `from conftest import ...` fails."""
-    recipe = re.search(r"^test-kit:.*\n((?:\t.*\n)+)", (root / "Makefile").read_text(), re.M).group(1)
-    ignored = re.findall(r"--ignore=(\S+)", recipe)
-    return [str(path.relative_to(root)) for path in sorted((root / "tests").rglob("conftest.py"))
-            if path.parent != root / "tests"
-            and not any(path.relative_to(root).is_relative_to(i) for i in ignored)]
-
-
-def test_make_test_collects_one_conftest():
-    assert not shadowing_conftests(ROOT), (
-        "make test-kit collects these too; rename each and import its fixtures in its test modules, "
-        "as tests/slurm/node_health.py is: " + ", ".join(shadowing_conftests(ROOT)))
-
-
-def test_a_second_conftest_is_caught(tmp_path):
-    (tmp_path / "Makefile").write_text((ROOT / "Makefile").read_text())
-    for name in ("tests/conftest.py", "tests/hub/conftest.py", "tests/slurm/conftest.py"):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text("")
-    assert shadowing_conftests(tmp_path) == ["tests/slurm/conftest.py"]

@@ -10,9 +10,9 @@ from pathlib import Path
 import nbformat
 import psutil
 
-from conftest import descendants, wait_until_gone
+from tests.support.processes import descendants, wait_until_gone
 from dplab.cluster.settings import max_engines
-from processes import running
+from tests.support.processes import running_command
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 
@@ -71,12 +71,12 @@ def test_load_labs_killed_with_sigkill_leaves_no_learner_kernel_or_child(tmp_pat
     before = descendants()
     proc = subprocess.Popen([sys.executable, str(TOOLS / "load_labs.py"), str(lab), "--conditions", "two"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: len(running(["sleep", "302"])) == 2)           # both learners' labs are running
+    wait_for(lambda: len(running_command(["sleep", "302"])) == 2)           # both learners' labs are running
     started = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     assert wait_until_gone(started, timeout=20) == set(), "a learner's process outlived make test-load"
-    assert running(["sleep", "302"]) == []
+    assert running_command(["sleep", "302"]) == []
     assert wait_until_gone(descendants() - before, timeout=5) == set()
 
 
@@ -135,12 +135,12 @@ def test_second_learner_killed_with_sigkill_leaves_neither_the_command_nor_the_l
     before = descendants()
     proc = subprocess.Popen([sys.executable, str(TOOLS / "second_learner.py"), "--lab", str(lab),
                              "sleep", "304"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: running(["sleep", "303"]) and running(["sleep", "304"]))
+    wait_for(lambda: running_command(["sleep", "303"]) and running_command(["sleep", "304"]))
     started = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     assert wait_until_gone(started, timeout=20) == set(), "the command or the learner outlived second_learner.py"
-    assert running(["sleep", "303"]) == [] and running(["sleep", "304"]) == []
+    assert running_command(["sleep", "303"]) == [] and running_command(["sleep", "304"]) == []
     assert wait_until_gone(descendants() - before, timeout=5) == set()
 
 

@@ -8,7 +8,7 @@ from dplab import ClusterError
 from dplab.cluster.jobs import run_job
 from dplab.cluster.settings import Settings
 
-from conftest import descendants, wait_until_gone
+from tests.support.processes import descendants, wait_until_gone
 
 
 def test_every_rank_gets_the_same_free_port_in_dplab_port(tmp_path):

@@ -21,8 +21,8 @@ from dplab.cluster.jobs import run_job
 from dplab.cluster.settings import Settings
 from dplab.cluster.torchrun import TorchrunJob
 
-from conftest import descendants
-from sockets import is_loopback, listening
+from tests.support.processes import descendants
+from tests.support.sockets import is_loopback, listening
 
 HERE = os.path.dirname(__file__)
 

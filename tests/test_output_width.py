@@ -15,14 +15,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_code_width import FENCE, directive_options, included_lines, option_lines
+from tests.support.pages import BOX_CHARS, BOXED_CHARS, FENCE, TEXT_LEXERS, directive_options, included_lines, option_lines
 
 ROOT = Path(__file__).resolve().parents[1]
-BOX_CHARS = 93  # an output box or a listing in the content column (tests/browser measures it)
-BOXED_CHARS = 84  # a listing inside an admonition, dropdown, exercise or solution
 CHAPTERS = sorted((ROOT / "chapters").glob("*.md")) + [ROOT / "intro.md"]
 LABS = sorted((ROOT / "labs").glob("*.ipynb"))
-TEXT_LEXERS = ("text", "none", "myst-ansi", "ipythontb", "console", "output")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 

@@ -8,7 +8,7 @@ from dplab.cluster.jobs import run_job
 from dplab.models import mlp
 from labcode.overlap import CAPS, WIDE_MLP, reverse_buckets
 
-from conftest import assert_every_rank_passes, rank_lines
+from tests.support.mpi import assert_every_rank_passes, lines_matching
 
 HERE = os.path.dirname(__file__)
 
@@ -39,7 +39,7 @@ def test_every_cap_of_lab_4_gives_the_wide_mlp_another_bucketing():
 def test_hook_overlap_and_flat_allreduce_match_ddp_gradients_and_buckets_under_mpiexec():
     out = run_job(os.path.join(HERE, "mpi", "check_overlap.py"), 2, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
-    lines = rank_lines(out.stdout, r"rank \d+: hook \w+ ddp \w+ buckets \w+ n=\d+")
+    lines = lines_matching(out.stdout, r"rank \d+: hook \w+ ddp \w+ buckets \w+ n=\d+")
     assert lines == [f"rank {r}: hook True ddp True buckets True n=2" for r in range(2)], out.stdout + out.stderr
 
 

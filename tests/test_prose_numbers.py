@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import prose_numbers as pn
+from tests.support import prose_numbers as pn
 
 
 def test_every_number_in_prose_is_glued_tied_or_allowed():

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import nbformat
 
-from conftest import descendants, wait_until_gone
-from processes import running
+from tests.support.processes import descendants, wait_until_gone
+from tests.support.processes import running_command
 
 RUNNER = Path(__file__).resolve().parent.parent / "tools" / "run_labs.py"
 
@@ -142,7 +142,7 @@ def test_parallel_settings_run_at_once_and_a_setting_past_the_limit_is_killed_wh
     assert "sleepy.ipynb [slow]: FAIL: not finished within the 20 s limit" in out.stdout
     assert took < 20 + 15, f"the limit did not hold: {took:.0f} s"
     assert wait_until_gone(descendants() - before, timeout=5) == set()
-    assert running(["sleep", "600"]) == [], "the slow setting's processes outlived it"
+    assert running_command(["sleep", "600"]) == [], "the slow setting's processes outlived it"
 
 
 def test_parallel_settings_each_write_their_own_artifacts(tmp_path):

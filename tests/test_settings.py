@@ -5,7 +5,6 @@ import pickle
 import re
 import subprocess
 import sys
-import textwrap
 from dataclasses import fields
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from dplab.cluster import settings, start
 from dplab.cluster.jobs import run_job
 from dplab.cluster.settings import Settings, to_environment
 
-from conftest import rank_lines
+from tests.support.mpi import lines_matching
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +89,7 @@ def test_inside_a_job_p_is_the_mpi_world_and_the_port_the_one_run_job_set(tmp_pa
                       " f' {s.backend} {s.device};', flush=True)\n")
     out = run_job(script, 2, timeout=120, env=dict(os.environ, DPLAB_ENGINES="3", DPLAB_DEVICE="cpu"))
     assert out.returncode == 0, out.stderr
-    assert rank_lines(out.stdout, r"rank \d: [^;]*") == ["rank 0: p=2 port_ok=True gloo cpu",
+    assert lines_matching(out.stdout, r"rank \d: [^;]*") == ["rank 0: p=2 port_ok=True gloo cpu",
                                                           "rank 1: p=2 port_ok=True gloo cpu"]
 
 
@@ -140,7 +139,7 @@ def test_a_benchmark_is_one_call_that_starts_its_job_and_runs_on_every_rank(tmp_
     out = subprocess.run([sys.executable, str(script), "--n", "2"], capture_output=True, text=True, timeout=120,
                          env=env)
     assert out.returncode == 0, out.stderr
-    assert rank_lines(out.stdout, r"rank \d/\d [^;]*") == ["rank 0/2 gloo cpu repeats 4 sum [3.0, 3.0]",
+    assert lines_matching(out.stdout, r"rank \d/\d [^;]*") == ["rank 0/2 gloo cpu repeats 4 sum [3.0, 3.0]",
                                                           "rank 1/2 gloo cpu repeats 4 sum [3.0, 3.0]"]
     bad = subprocess.run([sys.executable, str(script), "--n", "0"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--n must be at least 1" in bad.stderr

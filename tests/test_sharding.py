@@ -10,7 +10,7 @@ from dplab.compat import fill_in
 from dplab.traffic import count_collectives
 from labcode.sharding import STAGES, model_state_bytes
 
-from conftest import assert_every_rank_passes
+from tests.support.mpi import assert_every_rank_passes
 
 fill_in()  # torch before 2.13: the collectives' current names, which these tests call
 

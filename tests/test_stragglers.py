@@ -6,7 +6,7 @@ import pytest
 
 from labcode.stragglers import expected_step_time, p_step_delayed, step_time_quantile, straggler_delay
 
-from conftest import assert_every_rank_passes
+from tests.support.mpi import assert_every_rank_passes
 
 
 @pytest.mark.parametrize("p,k", [(1, 0), (5, 0), (5, 1), (8, 2)])

@@ -2,9 +2,8 @@
 from pathlib import Path
 
 import pytest
-from chromium import CHROMIUM, CHROMIUM_ARGS
-from local_site import serve
-from processes import descendants, wait_until_gone
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, serve
+from tests.support.processes import descendants, wait_until_gone
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"

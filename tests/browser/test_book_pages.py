@@ -14,9 +14,8 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-import pytest
-from local_site import serve
-from test_output_width import BOX_CHARS, BOXED_CHARS, TEXT_LEXERS
+from tests.support.browser import serve
+from tests.support.pages import BOX_CHARS, BOXED_CHARS, TEXT_LEXERS
 
 WAIT_MS = 15_000  # for a page, MathJax or an image
 SHOTS = Path(__file__).resolve().parents[2] / "_build" / "screenshots"

@@ -6,8 +6,8 @@ import types
 import pytest
 
 from dplab.cluster.network import free_port
-from chromium import CHROMIUM
-from hub_process import CHP, ENGINES, STATE, USER, marked_processes, start_hub, stop_hub, write_config
+from tests.support.browser import CHROMIUM
+from tests.support.hub import CHP, ENGINES, STATE, USER, marked_processes, start_hub, stop_hub, write_config
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import types
 import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
-from hub_process import SAMPLE as CONFIG, load_sample
+from tests.support.hub import SAMPLE as CONFIG, load_sample
 
 hub = load_sample()
 

@@ -7,20 +7,16 @@ import pwd
 import secrets
 import shutil
 import subprocess
-import sys
 import types
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "hub"))  # the local hub's helpers
-
-from chromium import CHROMIUM  # noqa: E402
-from dplab.cluster.network import free_port, interface_address  # noqa: E402
-from hub_process import (BIN, CHP, MARK, ROOT, hub_overrides, marked_processes, start_hub,  # noqa: E402
-                         stop_hub, write_lab_settings)
-
-from slurm_hub import ENGINES, IFACE, SAMPLE, STATE, USER  # noqa: E402
-from slurm_jobs import jobs  # noqa: E402
+from dplab.cluster.network import free_port, interface_address
+from tests.support.browser import CHROMIUM
+from tests.support.hub import (BIN, CHP, MARK, ROOT, hub_overrides, marked_processes, start_hub, stop_hub,
+                               write_lab_settings)
+from tests.support.slurm import jobs
+from tests.support.slurm_hub import ENGINES, IFACE, SAMPLE, STATE, USER
 
 
 @pytest.fixture(scope="session")

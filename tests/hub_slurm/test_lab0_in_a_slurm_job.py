@@ -15,13 +15,13 @@ import psutil
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout, sync_playwright
 
-from chromium import CHROMIUM, CHROMIUM_ARGS
-from slurm_hub import ENGINES, STATE, mpich_files
-from slurm_jobs import job_processes, jobs
-from hub_process import STOP_S, command_lines, marked_processes
-from kernels import Watched, running
-from test_lab0_in_jupyterlab import (DEAD_S, assert_ok_lines, cluster_id_of, log_in, menu, open_the_lab,
-                                     run_to_setup, the_lab, the_one, wait_for_the_end)
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.support.hub import STOP_S, command_lines, marked_processes
+from tests.support.jupyterlab import (DEAD_S, assert_ok_lines, cluster_id_of, log_in, menu, open_the_lab,
+                                      run_to_setup, the_lab, the_one, wait_for_the_end)
+from tests.support.kernels import Watched, running
+from tests.support.slurm import job_processes, jobs
+from tests.support.slurm_hub import ENGINES, STATE, mpich_files
 
 SPAWN_S = 120  # sbatch, the job's start on its node, and the server's first answer
 SETUP = r"<Cluster running: (\d+) MPI engines on (\d+) nodes? of this SLURM job, backend=(\w+), device=(\w+)>"

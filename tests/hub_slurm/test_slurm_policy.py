@@ -4,7 +4,7 @@ import importlib.util
 
 import pytest
 
-from slurm_hub import SAMPLE
+from tests.support.slurm_hub import SAMPLE
 
 spec = importlib.util.spec_from_file_location("slurm_policy", SAMPLE)
 policy = importlib.util.module_from_spec(spec)

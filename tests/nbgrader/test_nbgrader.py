@@ -29,11 +29,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 import solutions  # noqa: E402  (authoring tooling: tools/, not the kit)
 import student  # noqa: E402  (tools/student.py: make student)
 
-sys.path.insert(0, str(ROOT / "tests" / "student"))
-from test_student_notebooks import MISTAKES, cluster_processes  # noqa: E402  (one list of each)
-
-sys.path.insert(0, str(ROOT / "tests"))
-from submissions import points  # noqa: E402  (tests/submissions.py)
+from tests.support.grading import MISTAKES, points  # noqa: E402
+from tests.support.processes import lab_processes as cluster_processes  # noqa: E402
 
 BIN = Path(sys.executable).parent
 ALL = sorted((ROOT / "labs").glob("*.ipynb"))

@@ -14,10 +14,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import submissions  # noqa: E402  (tests/submissions.py)
-from slurm_jobs import job_processes, jobs  # noqa: E402
-from node_health import nodes_stay_usable  # noqa: F401,E402  (autouse: a node a test leaves drained fails it)
+from tests.support import grading as submissions
+from tests.support.slurm import job_processes, jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = "02_data_parallel_by_hand.ipynb"
@@ -29,8 +27,7 @@ pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 def class_of(folder: Path) -> dict[str, float]:
     """Write the 8 submissions; each learner's expected score."""
-    sys.path.insert(0, str(ROOT / "tests" / "student"))
-    from test_student_notebooks import MISTAKES
+    from tests.support.grading import MISTAKES
 
     _, cell, old, new, checks = MISTAKES["gradients summed, not averaged"]
     mistaken = submissions.solved(LAB)

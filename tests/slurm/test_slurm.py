@@ -11,44 +11,15 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import psutil
 import pytest
 
-from recipes import ROOT, check_training, environment, rank_lines, run
-from slurm_jobs import job_processes, jobs
-from sockets import is_loopback, listening
-from node_health import nodes_stay_usable  # noqa: F401,E402  (autouse: a node a test leaves drained fails it)
+from tests.support.recipes import ROOT, check_training, environment, rank_lines, run
+from tests.support.slurm import IFACE, LIMIT_S, NODES, REASON, REQUIRED, SLURM_DIR, job_processes, jobs, sbatch
+from tests.support.sockets import is_loopback, listening
 
-NODES = ["node1", "node2"]
-# The interface the nodes share (DPLAB_IFACE, required across nodes): start.sh's env.sh says.
-IFACE = os.environ.get("DPSLURM_IFACE", "")
-SLURM_DIR = os.environ.get("DPSLURM_DIR", "")  # read now: conftest clears DPLAB_* for each test
-LIMIT_S = 10  # issue 28: a dead kernel's cluster, job included, is gone within 10 s
-
-
-def _no_cluster_reason() -> str | None:
-    """Why these tests cannot run here, or None when the private cluster answers."""
-    if not os.environ.get("SLURM_CONF") or not os.environ.get("DPSLURM_DIR"):
-        return ("no private SLURM cluster: `make test-slurm` starts one (tools/slurm/start.sh) "
-                "and runs these tests on it")
-    try:
-        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"sinfo does not answer ({e}): start the cluster with tools/slurm/start.sh"
-    if sorted(out.split()) != NODES:
-        return f"sinfo lists nodes {out.split()}, not {NODES}: this is not tools/slurm/start.sh's cluster"
-    if not IFACE:
-        return "DPSLURM_IFACE is unset: source the env.sh that tools/slurm/start.sh wrote"
-    return None
-
-
-REASON = _no_cluster_reason()
-# Under `make test-slurm` (its env.sh sets DPSLURM_DIR) a cluster that does not answer fails
-# every test, rather than skip them all and pass.
-REQUIRED = bool(os.environ.get("DPSLURM_DIR"))
 pytestmark = pytest.mark.skipif(REASON is not None and not REQUIRED, reason=REASON or "")
 
 
@@ -63,18 +34,6 @@ def nothing_left(leaves_nothing):
         time.sleep(0.2)
     assert jobs() == []
     assert job_processes() == []
-
-
-def sbatch(script: str, tmp_path: Path, timeout: float) -> str:
-    """Submit a recipe with sbatch --wait from the repository root; its output."""
-    out, name = tmp_path / "job.out", f"pytest-{uuid.uuid4().hex[:8]}"
-    try:
-        run(["sbatch", "--wait", f"--job-name={name}", f"--output={out}", script], timeout=timeout)
-    except AssertionError as e:
-        raise AssertionError(f"{e}\njob output:\n{out.read_text() if out.exists() else '(none)'}") from None
-    finally:
-        subprocess.run(["scancel", "--quiet", f"--name={name}"], timeout=10)
-    return out.read_text()
 
 
 def test_corrected_seed_002_script_maps_slurm_tasks_to_torch_ranks(tmp_path):
@@ -148,7 +107,7 @@ def test_a_dead_kernels_slurm_job_is_cancelled_and_its_processes_end(sig):
     """A real kernel (jupyter_client) starts engines through SLURM and dies by `sig`, alone: within
     LIMIT_S its job leaves squeue, and every process of its cluster (controller, the job's
     mpiexec, proxies and engines on both nodes), its guardian and MPICH's files are gone."""
-    from kernels import Learner
+    from tests.support.kernels import Learner
 
     learner = Learner(env=environment(PYTHONPATH=str(ROOT)))
     try:

@@ -6,9 +6,8 @@ from collections import defaultdict
 
 import pytest
 
-from recipes import ROOT
-from test_slurm import REASON, REQUIRED, sbatch
-from node_health import nodes_stay_usable  # noqa: F401,E402  (autouse: a node a test leaves drained fails it)
+from tests.support.recipes import ROOT
+from tests.support.slurm import REASON, REQUIRED, sbatch
 
 pytestmark = pytest.mark.skipif(REASON is not None and not REQUIRED, reason=REASON or "")
 

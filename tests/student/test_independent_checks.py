@@ -23,10 +23,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import solutions  # noqa: E402  (authoring tooling: tools/, not the kit)
 
-from test_student_notebooks import LABS, ROOT, grade  # noqa: E402
+from tests.support import grading as submissions  # noqa: E402
+from tests.support.grading import ROOT, grade  # noqa: E402
 
-sys.path.insert(0, str(ROOT / "tests"))
-import submissions  # noqa: E402  (tests/submissions.py)
+LABS = sorted((ROOT / "labs").glob("*.ipynb"))
 
 # check grade_id -> the solution cell it depends on, where `labN-check-X` is not `labN-X`
 DEPENDS = {

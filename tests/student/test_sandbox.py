@@ -13,8 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import submissions  # noqa: E402  (tests/submissions.py)
+from tests.support import grading as submissions
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = "00_meet_your_workers.ipynb"  # the fastest lab with checks on every rank
@@ -89,7 +88,6 @@ def test_the_sandbox_account_is_not_the_slurm_hub_tests_learner():
     and remove it, and refuse one they did not make. Under one name (both were dplab-learner),
     make test-hub-slurm after a sandboxed grading got the sandbox's account, home /nonexistent,
     and every server's job failed to start."""
-    sys.path[:0] = [str(ROOT / "tests" / "hub"), str(ROOT / "tests" / "hub_slurm")]
-    from slurm_hub import USER
+    from tests.support.slurm_hub import USER
 
     assert submissions.sandbox.ACCOUNT != USER

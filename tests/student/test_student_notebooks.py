@@ -6,8 +6,6 @@ day, SOLVED_LABS=all or =02,06 chooses, as make test-nbgrader grades every lab's
 the check that catches them; a rank that raises, dies or hangs, and a dead kernel, fail checks
 without stopping the grader; nothing is left running."""
 import contextlib
-import json
-import os
 import re
 import subprocess
 import sys
@@ -23,44 +21,12 @@ import solutions  # noqa: E402  (authoring tooling: tools/, not the kit)
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 LABS = sorted((ROOT / "labs").glob("*.ipynb"))
-sys.path.insert(0, str(ROOT / "tests"))
-import submissions  # noqa: E402  (tests/submissions.py)
+from tests.support import grading as submissions  # noqa: E402
+from tests.support.grading import MISTAKES, grade, grader  # noqa: E402
+from tests.support.processes import lab_processes as cluster_processes  # noqa: E402
 
 SOLVED = submissions.chosen(LABS, "SOLVED_LABS", offset=4)  # another lab than test_independent_checks'
-ENGINES = "2"  # several ranks, so that collectives can hang; the fastest such p on 2 cores
 ANY_P = "3"  # the solutions pasted back: p does not divide the labs' batches (make test-any-p)
-PARTS = re.compile(r"ipengine|ipyparallel|hydra_pmi_proxy|mpiexec|ipykernel_launcher|dplab\.cluster")
-
-
-def cluster_processes() -> dict[int, str]:
-    """Every live process of a kernel, an engine cluster or its guardian, by PID."""
-    found = {}
-    for p in psutil.process_iter(["pid", "cmdline", "status"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        if PARTS.search(cmd) and p.info["status"] != psutil.STATUS_ZOMBIE:
-            found[p.info["pid"]] = cmd[:120]
-    return found
-
-
-def grader(notebook: Path, *args: str, engines: str = ENGINES) -> dict:
-    """subprocess keywords that run tools/grade.py on the notebook with `engines` engines and no
-    other DPLAB_* setting of this shell."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
-    return dict(args=[sys.executable, str(ROOT / "tools" / "grade.py"), str(notebook), *args],
-                env={**env, "DPLAB_ENGINES": engines})
-
-
-def grade(notebook: Path, *args: str, timeout: float = 600, engines: str = ENGINES) -> tuple[int, dict, str]:
-    """Run the grader; its exit status, JSON report and printout. Asserts that it left nothing."""
-    before = cluster_processes()
-    report = notebook.with_suffix(".json")
-    out = subprocess.run(**grader(notebook, "--json", str(report), *args, engines=engines),
-                         capture_output=True, text=True, timeout=timeout)
-    left = {pid: cmd for pid, cmd in cluster_processes().items() if pid not in before}
-    assert not left, f"the grader left {left}\n{out.stdout}"
-    data = json.loads(report.read_text()) if report.exists() else {}
-    assert not data.get("left_running"), out.stdout
-    return out.returncode, data, out.stdout + out.stderr
 
 
 @pytest.fixture(scope="module")
@@ -154,23 +120,6 @@ def with_change(notebook: Path, grade_id: str, old: str, new: str) -> Path:
     cell.source = cell.source.replace(old, new)
     nbformat.write(nb, notebook)
     return notebook
-
-
-# A learner's plausible mistake: (lab, solution cell, old, new, the checks that must fail, and
-# only those: tests/nbgrader asserts the points they lose).
-MISTAKES = {
-    "gradients summed, not averaged": ("02_data_parallel_by_hand", "lab2-dp-step",
-                                       "grad_buf[:] *= len(y) / global_batch", "pass",
-                                       ("lab2-check-one-process", "lab2-check-ex3-long-run")),
-    # the reduce-scatter one chunk off: rank r ends owning chunk r, not r + 1
-    "ring off by one chunk": ("03_allreduce_algorithms", "lab3-ring",
-                              "chunks[(r - s) % p], chunks[(r - s - 1) % p]",
-                              "chunks[(r - s - 1) % p], chunks[(r - s - 2) % p]",
-                              ("lab3-check-ring",)),  # the hierarchical check runs the book's ring
-    # every micro-batch all-reduced: the same weights (averaging is linear), K times the calls
-    "no_sync left out": ("04_ddp", "lab4-no-sync", "with acc.no_sync():", "if True:",
-                         ("lab4-check-no-sync",)),
-}
 
 
 # make test-nbgrader grades every mistake, through nbgrader's gradebook; here, the grader's report

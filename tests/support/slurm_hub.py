@@ -1,7 +1,7 @@
 """What the SLURM hub tests share: the learner, and what runs on the private cluster."""
 import os
 
-from hub_process import ROOT
+from tests.support.hub import ROOT
 
 STATE = ROOT / "_build" / "hub-slurm"
 USER = "dplab-learner"  # a Unix account (its name, its home), made for the tests and removed after them

@@ -2,14 +2,18 @@
 a lab, its solutions pasted back, a cell put in, and a probe of what the learner's code can
 reach. Made in memory from the labs by tools/student.py's own functions."""
 import datetime
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.processes import lab_processes
+
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import sandbox  # noqa: E402  (tools/sandbox.py)
 import solutions  # noqa: E402  (authoring tooling: tools/, not the kit)
@@ -101,3 +105,44 @@ def chosen(labs: list[Path], variable: str, offset: int = 0) -> list[Path]:
     print(f"{variable}: grading {', '.join(lab.stem for lab in picked)} "
           f"({variable}=all or ={picked[0].name[:2]},... chooses)", file=sys.__stderr__)
     return picked
+
+
+ENGINES = "2"  # several ranks, so that collectives can hang; the fastest such p on 2 cores
+
+
+def grader(notebook: Path, *args: str, engines: str = ENGINES) -> dict:
+    """subprocess keywords that run tools/grade.py on the notebook with `engines` engines and no
+    other DPLAB_* setting of this shell."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
+    return dict(args=[sys.executable, str(ROOT / "tools" / "grade.py"), str(notebook), *args],
+                env={**env, "DPLAB_ENGINES": engines})
+
+
+def grade(notebook: Path, *args: str, timeout: float = 600, engines: str = ENGINES) -> tuple[int, dict, str]:
+    """Run the grader; its exit status, JSON report and printout. Asserts that it left nothing."""
+    before = lab_processes()
+    report = notebook.with_suffix(".json")
+    out = subprocess.run(**grader(notebook, "--json", str(report), *args, engines=engines),
+                         capture_output=True, text=True, timeout=timeout)
+    left = {pid: cmd for pid, cmd in lab_processes().items() if pid not in before}
+    assert not left, f"the grader left {left}\n{out.stdout}"
+    data = json.loads(report.read_text()) if report.exists() else {}
+    assert not data.get("left_running"), out.stdout
+    return out.returncode, data, out.stdout + out.stderr
+
+
+# A learner's plausible mistake: (lab, solution cell, old, new, the checks that must fail, and
+# only those: tests/nbgrader asserts the points they lose).
+MISTAKES = {
+    "gradients summed, not averaged": ("02_data_parallel_by_hand", "lab2-dp-step",
+                                       "grad_buf[:] *= len(y) / global_batch", "pass",
+                                       ("lab2-check-one-process", "lab2-check-ex3-long-run")),
+    # the reduce-scatter one chunk off: rank r ends owning chunk r, not r + 1
+    "ring off by one chunk": ("03_allreduce_algorithms", "lab3-ring",
+                              "chunks[(r - s) % p], chunks[(r - s - 1) % p]",
+                              "chunks[(r - s - 1) % p], chunks[(r - s - 2) % p]",
+                              ("lab3-check-ring",)),  # the hierarchical check runs the book's ring
+    # every micro-batch all-reduced: the same weights (averaging is linear), K times the calls
+    "no_sync left out": ("04_ddp", "lab4-no-sync", "with acc.no_sync():", "if True:",
+                         ("lab4-check-no-sync",)),
+}

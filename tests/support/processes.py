@@ -1,0 +1,67 @@
+"""The processes a test started, waiting for them to exit, and finding a cluster's or a
+notebook's processes (psutil)."""
+import re
+
+import psutil
+
+
+def descendants() -> set[int]:
+    """PIDs of every live process this test process started, at any depth."""
+    alive = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                alive.add(child.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def wait_until_gone(pids: set[int], timeout: float = 10.0) -> set[int]:
+    """Wait for the given PIDs to exit; return those still alive."""
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    return {p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE}
+
+
+def running_command(cmdline: list[str]) -> list[psutil.Process]:
+    """Every process on the machine whose command line is exactly `cmdline`."""
+    return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == cmdline]
+
+
+def named(procs) -> list[str]:
+    """'pid name' of each of `procs` still alive."""
+    out = []
+    for proc in procs:
+        try:
+            out.append(f"{proc.pid} {proc.name()}")
+        except psutil.Error:
+            pass
+    return out
+
+
+def cluster_process_names(cluster_id: str) -> list[str]:
+    """'pid name' of every live process ipyparallel launched for this cluster (the kit's own
+    finder, dplab.cluster.processes.cluster_processes, reads IPP_CLUSTER_ID)."""
+    from dplab.cluster.processes import cluster_processes
+
+    return named(cluster_processes(cluster_id))
+
+
+LAB_PARTS = re.compile(r"ipengine|ipyparallel|hydra_pmi_proxy|mpiexec|ipykernel_launcher|dplab\.cluster")
+
+
+def lab_processes() -> dict[int, str]:
+    """Every live process of a notebook kernel, an engine cluster or its guardian, on the whole
+    machine, by PID (a grader's run may start them under another account)."""
+    found = {}
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if LAB_PARTS.search(cmd) and p.info["status"] != psutil.STATUS_ZOMBIE:
+            found[p.info["pid"]] = cmd[:120]
+    return found
