@@ -1,0 +1,111 @@
+"""Each lab's own facts, kept in its notebook's metadata under "dplab", and read here only.
+
+    "dplab": {
+      "reads": ["chapters/ddp_train.py"],          files outside labs/ the lab opens
+      "depends": {"lab2-check-x": "lab2-step"},    a check's solution cell, where its name is not
+                                                   the check's with "-check" taken out
+      "mistakes": {"name": {"cell": grade_id, "old": text, "new": text,
+                            "fails": [grade_id, ...]}},
+                                                   plausible mistakes, and the checks each fails
+      "previewed_by": {"chapters/x": "why"},       pages before the lab that run its code
+      "tied": [{"phrase": regex, "holds": expression}]
+                                                   numbers the lab's prose restates from code
+    }
+
+Adding a lab is its notebook and its line in _toc.yml: every tool finds it through `labs()`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from booktools.pages import ROOT, toc
+
+KEYS = ("reads", "depends", "mistakes", "previewed_by", "tied")
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A plausible mistake: `old` replaced by `new` in the solution cell `cell`; the checks
+    that must fail, and only those."""
+
+    name: str
+    cell: str
+    old: str
+    new: str
+    fails: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Lab:
+    """A lab: its notebook and its facts."""
+
+    path: Path
+    reads: tuple[str, ...] = ()
+    depends: dict[str, str] = field(default_factory=dict)
+    mistakes: tuple[Mistake, ...] = ()
+    previewed_by: dict[str, str] = field(default_factory=dict)
+    tied: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The notebook's file name: 04_ddp.ipynb."""
+        return self.path.name
+
+    @property
+    def stem(self) -> str:
+        """04_ddp."""
+        return self.path.stem
+
+    @property
+    def number(self) -> int:
+        return int(self.stem[:2])
+
+    def solution_of(self, check: str) -> str:
+        """The solution cell a graded check depends on."""
+        return self.depends.get(check, check.replace("-check-", "-", 1))
+
+
+def facts(path: Path) -> Lab:
+    """The lab at `path` with the facts its metadata holds; ValueError, naming the lab, on an
+    unknown key or a malformed entry."""
+    meta = json.loads(Path(path).read_text())["metadata"].get("dplab", {})
+    unknown = sorted(set(meta) - set(KEYS))
+    if unknown:
+        raise ValueError(f"{Path(path).name}: unknown keys {unknown} in its metadata's \"dplab\" "
+                         f"(known: {', '.join(KEYS)})")
+    try:
+        mistakes = tuple(Mistake(name, m["cell"], m["old"], m["new"], tuple(m["fails"]))
+                         for name, m in meta.get("mistakes", {}).items())
+        tied = tuple((t["phrase"], t["holds"]) for t in meta.get("tied", []))
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{Path(path).name}: a malformed mistake or tied entry in its metadata ({e})")
+    return Lab(Path(path), tuple(meta.get("reads", [])), dict(meta.get("depends", {})), mistakes,
+               dict(meta.get("previewed_by", {})), tied)
+
+
+def labs(root: Path = ROOT) -> list[Lab]:
+    """Every lab of the book, in reading order (_toc.yml)."""
+    return [facts(page.path) for page in toc(root) if page.is_lab]
+
+
+def lab(name: str, root: Path = ROOT) -> Lab:
+    """The lab named by its stem, its file name or its two-digit number."""
+    for found in labs(root):
+        if name in (found.stem, found.name, found.stem[:2]):
+            return found
+    raise KeyError(f"no lab {name!r} in _toc.yml")
+
+
+def chosen(spec: str, root: Path = ROOT) -> list[Lab]:
+    """The labs a spec names: 'all', or numbers such as '02,06'. ValueError on a number no lab has."""
+    every = labs(root)
+    if spec.strip() in ("", "all"):
+        return every
+    wanted = [s.strip() for s in spec.split(",") if s.strip()]
+    missing = [w for w in wanted if not any(x.stem[:2] == w.zfill(2) for x in every)]
+    if missing:
+        raise ValueError(f"no lab numbered {', '.join(missing)}: the labs are "
+                         f"{', '.join(x.stem[:2] for x in every)}")
+    return [x for x in every if x.stem[:2] in {w.zfill(2) for w in wanted}]

@@ -1,0 +1,4 @@
+"""Instructor mode: the labs as nbgrader assignments. solutions (the regions and checks a lab
+marks), student (the learners' notebooks, `make student`), handout (nbgrader's preprocessor
+for them), course (an nbgrader course from the labs), grade (`make grade`), grade_class
+(`make grade-class`) and sandbox (learners' code as an unprivileged account)."""
