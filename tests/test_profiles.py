@@ -94,3 +94,22 @@ def test_open_traces_leaves_the_callers_logging_as_it_was(traces):
     open_traces(str(traces / "cap5"), range(2), RUN, RERUN)
     assert (root.level, list(root.handlers)) == before and not mine.disabled
     assert logging.getLogger("hta").level == logging.ERROR
+
+
+def test_kineto_quiet_hides_the_cycle_note_and_no_other_warning():
+    """The profiler's one-cycle note, which torch 2.12.1 gives as every profile starts (and
+    which nbval then saw as stderr), is hidden inside kineto_quiet; the learner's own warnings
+    inside it, and the same note outside it, still show."""
+    import warnings
+
+    from dplab.profiles import kineto_quiet
+
+    note = ("Warning: Profiler clears events at the end of each cycle.Only events from the current "
+            "cycle will be reported.To keep events across cycles, set acc_events=True.")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with kineto_quiet():
+            warnings.warn(note, UserWarning)
+            warnings.warn("the learner's own warning", UserWarning)
+        warnings.warn(note, UserWarning)
+    assert [str(w.message) for w in seen] == ["the learner's own warning", note]
