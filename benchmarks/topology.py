@@ -33,7 +33,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20]
 RATE = "1gbit"  # the default of --rate (make bench-nodes passes DPSLURM_RATE)

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks" / "big"))
-import bench_big  # noqa: E402
-import big_results as br  # noqa: E402
+from benchmarks.big import bench_big  # noqa: E402
+from benchmarks.big import big_results as br  # noqa: E402
 
 H100 = {"cores": 16, "cpu": "Intel(R) Xeon(R) Platinum 8480+", "gpu": "NVIDIA H100 80GB HBM3",
         "torch": "2.11.0+cu130", "python": "3.12.3", "os": "Linux"}

@@ -57,16 +57,12 @@ def imports_of_test_modules(root: Path) -> list[str]:
 # What is left to move into installed packages; each entry goes as its file is moved.
 KNOWN_PATH_EDITS: set[str] = {
     "_ext/solution_markers.py",
-    "benchmarks/big/bench_big.py",
-    "benchmarks/topology.py",
-    "img/bench_big/make_figures.py",
     "tests/nbgrader/test_nbgrader.py",
     "tests/student/test_handout_folds.py",
     "tests/student/test_independent_checks.py",
     "tests/student/test_sandbox.py",
     "tests/student/test_student_notebooks.py",
     "tests/support/grading.py",
-    "tests/test_bench_big.py",
     "tests/test_export.py",
     "tests/test_reading_time.py",
     "tests/test_run_labs.py",

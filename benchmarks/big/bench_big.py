@@ -49,8 +49,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path[:0] = [str(HERE), str(ROOT)]
-import big_results as br  # noqa: E402  (beside this file)
+from benchmarks.big import big_results as br  # noqa: E402  (installed with the kit)
 
 #: Per size: the global batch of the scaling part, timed steps and untimed ones per
 #: configuration, repeats of the nodes part, and the whole run's bound in seconds.
@@ -371,8 +370,7 @@ def stop_nodes() -> None:
 
 def topology_child(folder: Path, repeats: int) -> int:
     """Run topology.py's main with its report written to `folder`, not over make bench-nodes'."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import topology
+    from benchmarks import topology
 
     if not isinstance(getattr(topology, "RESULTS", None), Path):  # else its report goes there
         raise SystemExit("benchmarks/topology.py has no RESULTS folder to redirect: its report "

@@ -12,7 +12,6 @@ Run from the repository root: .venv/bin/python img/bench_big/make_figures.py
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -20,9 +19,8 @@ import matplotlib
 matplotlib.use("Agg")
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1] / "benchmarks" / "big"))
-import big_results as br  # noqa: E402
 
+from benchmarks.big import big_results as br  # noqa: E402  (installed with the kit)
 from dplab.plots import svg_bytes, write_figures  # noqa: E402
 
 
