@@ -1,13 +1,9 @@
-"""The labs' solution markers (`### BEGIN SOLUTION: hint`, `### END SOLUTION`) are for
-`make student`; the book shows each lab's code without them (tools/solutions.py)."""
-import sys
-from pathlib import Path
-
+"""The labs' solution markers (`# HINT:`, `### BEGIN SOLUTION`, `### END SOLUTION`) are for
+`make student`; the book shows each lab's code without them (teach.solutions)."""
 from docutils import nodes
 from sphinx.application import Sphinx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-from solutions import is_marker, strip_markers  # noqa: E402  (authoring tooling, not the kit)
+from teach.solutions import is_marker, strip_markers
 
 
 def drop_markers(app: Sphinx, doctree: nodes.document) -> None:

@@ -16,7 +16,9 @@ Adding a lab is its notebook and its line in _toc.yml: every tool finds it throu
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,3 +111,20 @@ def chosen(spec: str, root: Path = ROOT) -> list[Lab]:
         raise ValueError(f"no lab numbered {', '.join(missing)}: the labs are "
                          f"{', '.join(x.stem[:2] for x in every)}")
     return [x for x in every if x.stem[:2] in {w.zfill(2) for w in wanted}]
+
+
+def by_tree(items: list, salt: str = "", root: Path = ROOT):
+    """One of `items`, picked by a hash of the repository's tree (`git rev-parse HEAD^{tree}`;
+    without git, of the labs' bytes) and `salt`: the same tree always picks the same item, and
+    successive commits rotate through them; two salts pick independently."""
+    if not items:
+        raise ValueError("by_tree: nothing to pick from")
+    try:
+        done = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD^{tree}"],
+                              capture_output=True, text=True, timeout=30)
+        tree = done.stdout.strip() if done.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        tree = ""
+    digest = hashlib.sha256(tree.encode() or b"".join(lab.path.read_bytes() for lab in labs(root)))
+    digest.update(salt.encode())
+    return items[int.from_bytes(digest.digest()[:8], "big") % len(items)]

@@ -1,19 +1,17 @@
-"""The labs' solution regions and graded checks (tools/solutions.py), read without running a lab:
+"""The labs' solution regions and graded checks (teach.solutions), read without running a lab:
 every lab has both, each region's stub still parses, and pasting the region back gives the lab's
 code again. make test-student runs the student notebooks; this needs no nbgrader."""
 import ast
 import re
-import sys
-from pathlib import Path
 
 import nbformat
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-import solutions  # noqa: E402  (authoring tooling: tools/, not the kit)
+from booktools.labs import labs
+from booktools.pages import ROOT
+from teach import solutions
 
-ROOT = Path(__file__).resolve().parent.parent
-LABS = sorted((ROOT / "labs").glob("*.ipynb"))
+LABS = [lab.path for lab in labs()]
 
 
 def python_of(source: str) -> str:

@@ -1,10 +1,11 @@
-"""nbgrader's own commands on a course made from the labs (make test-nbgrader): tools/course.py,
-then `nbgrader generate_assignment`, `autograde` and `export`, as an instructor who grades with
-nbgrader runs them. Per lab: its release is make student's handout; as handed out it scores 0 at p = 2;
-with the solutions pasted back it scores full marks and every cell runs at p = 1 (this is
-make test-any-p's p = 1, which .ci/run leaves to this test); each plausible mistake of
-tests/student loses exactly the points of the check that catches it. Nothing is left running,
-and the course is removed.
+"""The one grader suite that scores every lab (make test-nbgrader): nbgrader's own commands on
+a course made from the labs (teach.course), `nbgrader generate_assignment`, `autograde` and
+`export`, as an instructor who grades with nbgrader runs them. Per lab: its release is make
+student's handout; as handed out it scores 0 at p = 2; with the solutions pasted back it scores
+full marks and every cell runs at p = 1 (this is make test-any-p's p = 1, which .ci/run leaves
+to this test); each of its plausible mistakes (booktools.labs, Lab.mistakes) loses exactly the
+points of the checks that catch it. Nothing is left running, and the course is removed. What
+only our own grader does (its report, ranks that fail, the sandbox) is tests/student's.
 
 NBGRADER_LABS=02,03 picks labs (default: all). The solutions run on 1 engine; the stubs and the
 mistakes on 2, where a stub that leaves ranks waiting for each other, or a sum taken for its
@@ -24,20 +25,18 @@ import psutil
 import pytest
 from nbgrader.api import Gradebook, MissingEntry
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-import solutions  # noqa: E402  (authoring tooling: tools/, not the kit)
-import student  # noqa: E402  (tools/student.py: make student)
-
-from tests.support.grading import MISTAKES, points  # noqa: E402
-from tests.support.processes import lab_processes as cluster_processes  # noqa: E402
+from booktools.labs import chosen
+from teach import solutions, student
+from tests.support.grading import mistakes, points, with_mistake
+from tests.support.processes import lab_processes as cluster_processes
 
 BIN = Path(sys.executable).parent
-ALL = sorted((ROOT / "labs").glob("*.ipynb"))
-WANTED = os.environ.get("NBGRADER_LABS", "all")
-LABS = ALL if WANTED == "all" else [lab for lab in ALL if lab.name[:2] in WANTED.split(",")]
+LABS = chosen(os.environ.get("NBGRADER_LABS", "all"))
+MISTAKES = {name: m for name, m in mistakes().items() if m[0] in LABS}
 MISTAKE_ENGINES = "2"  # at p = 1 a sum is its average: the first mistake would not show
 LAB_TIMEOUT_S = 900  # one lab's autograde, every submission: the slowest lab takes ~2 min
+
+
 def nbgrader(course: Path, *args: str, timeout: float = 120, engines: str = "1") -> str:
     """Run `nbgrader ARGS` in the course with `engines` engines, bounded: on time out its whole
     process group is killed. Its printout; AssertionError when it fails or logs an error."""
@@ -57,7 +56,7 @@ def nbgrader(course: Path, *args: str, timeout: float = 120, engines: str = "1")
     return out
 
 
-def submit(course: Path, who: str, lab: Path, nb) -> None:
+def submit(course: Path, who: str, lab, nb) -> None:
     folder = course / "submitted" / who / lab.stem
     folder.mkdir(parents=True, exist_ok=True)
     for extra in (course / "release" / lab.stem).iterdir():  # what the learner was given
@@ -66,36 +65,30 @@ def submit(course: Path, who: str, lab: Path, nb) -> None:
     nbformat.write(nb, folder / lab.name)
 
 
-def mistakes_of(lab: Path) -> dict[str, tuple]:
-    return {name: m for name, m in MISTAKES.items() if m[0] == lab.stem}
-
-
 @pytest.fixture(scope="module")
 def graded():
     """The course after generate_assignment, autograde and export of every lab: (course, the
-    scores by (lab, learner), each lab's seconds). The course is removed afterwards."""
+    scores by (lab, learner), the checks that lost points by (lab, learner)). The course is
+    removed afterwards."""
     before = set(cluster_processes())
     shm = set(os.listdir("/dev/shm"))
     course = Path(tempfile.mkdtemp(prefix="dplab-course-"))
     try:
-        subprocess.run([sys.executable, str(ROOT / "tools" / "course.py"), str(course),
-                        *map(str, LABS)], check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "teach.course", str(course),
+                        *(str(lab.path) for lab in LABS)], check=True, capture_output=True)
         seconds = {}
         for lab in LABS:
             nbgrader(course, "generate_assignment", lab.stem, "--force")
             handout = nbformat.read(course / "release" / lab.stem / lab.name, as_version=4)
             submit(course, "stubs", lab, handout)
-            ours = nbformat.read(lab, as_version=4)
+            ours = nbformat.read(lab.path, as_version=4)
             submit(course, "solutions", lab, student.paste_back(nbformat.from_dict(handout), ours))
-            for i, (name, (_, cell, old, new, _)) in enumerate(mistakes_of(lab).items()):
+            for i, mistake in enumerate(lab.mistakes):
                 nb = student.paste_back(nbformat.from_dict(handout), ours)
-                target = next(c for c in nb.cells if solutions.grading(c).get("grade_id") == cell)
-                assert target.source.count(old) == 1, (name, old)
-                target.source = target.source.replace(old, new)
-                submit(course, f"mistake{i}", lab, nb)
+                submit(course, f"mistake{i}", lab, with_mistake(nb, mistake))
             t0 = time.monotonic()
             for who, engines in [("stubs", "2"), ("solutions", "1")] + [
-                    (f"mistake{i}", MISTAKE_ENGINES) for i in range(len(mistakes_of(lab)))]:
+                    (f"mistake{i}", MISTAKE_ENGINES) for i in range(len(lab.mistakes))]:
                 nbgrader(course, "autograde", lab.stem, "--student", who, "--force",
                          timeout=LAB_TIMEOUT_S, engines=engines)
             seconds[lab.stem] = time.monotonic() - t0
@@ -126,31 +119,31 @@ def graded():
         assert not course.exists()
 
 
-@pytest.mark.parametrize("lab", LABS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.stem)
 def test_the_release_is_make_students_handout(graded, lab):
     """generate_assignment, with the course's config, hands out what make student does: the
     hint above each stub, unfolded, without the answers' dropdowns, every byte the same."""
     course, _, _ = graded
     released = nbformat.read(course / "release" / lab.stem / lab.name, as_version=4)
-    ours = student.student_version(nbformat.read(lab, as_version=4))
-    assert nbformat.writes(released) == nbformat.writes(ours)
+    ours = nbformat.read(lab.path, as_version=4)
+    assert nbformat.writes(released) == nbformat.writes(student.student_version(ours))
     hints = [line for c in released.cells for line in c.source.split("\n")
              if solutions.HINT.match(line)]
     assert len(hints) == sum(len(solutions.regions(c.source))
-                             for c in nbformat.read(lab, as_version=4).cells if solutions.is_solution(c))
+                             for c in ours.cells if solutions.is_solution(c))
 
 
-@pytest.mark.parametrize("lab", LABS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.stem)
 def test_as_handed_out_the_lab_scores_zero(graded, lab):
     _, scores, _ = graded
     assert scores[lab.stem, "stubs"] == (0, points(lab.name))
 
 
-@pytest.mark.parametrize("lab", LABS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.stem)
 def test_the_solutions_score_full_marks_and_every_cell_runs(graded, lab):
     course, scores, _ = graded
     assert scores[lab.stem, "solutions"] == (points(lab.name), points(lab.name))
-    ours = nbformat.read(lab, as_version=4)
+    ours = nbformat.read(lab.path, as_version=4)
     ran = nbformat.read(course / "autograded" / "solutions" / lab.stem / lab.name, as_version=4)
     errors = [f"cell {i}: {o.ename}: {o.evalue[:300]}" for i, (c, mine) in enumerate(zip(ran.cells, ours.cells))
               if "raises-exception" not in mine.metadata.get("tags", [])
@@ -158,12 +151,10 @@ def test_the_solutions_score_full_marks_and_every_cell_runs(graded, lab):
     assert errors == []
 
 
-@pytest.mark.parametrize("mistake", [m for m in MISTAKES if MISTAKES[m][0] in {lab.stem for lab in LABS}])
+@pytest.mark.parametrize("mistake", list(MISTAKES))
 def test_a_plausible_mistake_loses_exactly_its_checks_points(graded, mistake):
     _, scores, failed = graded
-    stem, _, _, _, checks = MISTAKES[mistake]
-    lab = ROOT / "labs" / f"{stem}.ipynb"
-    who = f"mistake{list(mistakes_of(lab)).index(mistake)}"
-    lost = points(lab.name, checks)
-    assert failed[stem, who] == set(checks)
-    assert scores[stem, who] == (points(lab.name) - lost, points(lab.name))
+    lab, made = MISTAKES[mistake]
+    who = f"mistake{lab.mistakes.index(made)}"
+    assert failed[lab.stem, who] == set(made.fails)
+    assert scores[lab.stem, who] == (points(lab.name) - points(lab.name, made.fails), points(lab.name))

@@ -27,9 +27,10 @@ pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 def class_of(folder: Path) -> dict[str, float]:
     """Write the 8 submissions; each learner's expected score."""
-    from tests.support.grading import MISTAKES
+    from tests.support.grading import mistakes
 
-    _, cell, old, new, checks = MISTAKES["gradients summed, not averaged"]
+    _, mistake = mistakes()["gradients summed, not averaged"]
+    cell, old, new, checks = mistake.cell, mistake.old, mistake.new, mistake.fails
     mistaken = submissions.solved(LAB)
     target = mistaken.cells[submissions.index_of(mistaken, cell)]
     target.source = target.source.replace(old, new)
@@ -66,7 +67,7 @@ def test_a_class_of_eight_is_graded_as_jobs_each_score_right_and_nothing_left():
     try:
         expected = class_of(folder)
         t0 = time.monotonic()
-        done = subprocess.run([sys.executable, str(ROOT / "tools" / "grade_class.py"), str(folder),
+        done = subprocess.run([sys.executable, "-m", "teach.grade_class", str(folder),
                                "--where", "slurm", "--cell-timeout", str(CELL_TIMEOUT_S),
                                "--timeout", "300"], capture_output=True, text=True, timeout=900)
         wall = time.monotonic() - t0

@@ -1,20 +1,14 @@
 """make student's copy shows what the book folds: the stub the learner must fill (issue 34).
 Here, not in make test, because make student's preprocessors need nbgrader (make test-student
 installs it)."""
-import sys
-from pathlib import Path
-
 import nbformat
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-import solutions  # noqa: E402  (authoring tooling: tools/, not the kit)
+from booktools.labs import labs
+from teach import solutions, student
+from teach.handout import YOUR_TURN
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-LABS = sorted((ROOT / "labs").glob("*.ipynb"))
-sys.path.insert(0, str(ROOT / "tools"))
-from handout import YOUR_TURN  # noqa: E402  (tools/handout.py)
-import student  # noqa: E402  (tools/student.py)
+LABS = labs()
 
 
 def collapsed(cell) -> bool:
@@ -24,11 +18,11 @@ def collapsed(cell) -> bool:
             or bool(cell.metadata.get("jupyter", {}).get("source_hidden")))
 
 
-@pytest.mark.parametrize("lab", LABS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.stem)
 def test_the_learner_sees_every_stub_that_the_book_collapses(lab):
     """The book folds a cell that holds what the learner writes, so that its reader tries first
     (issue 34); make student's copy shows the stub in its place, which the learner must fill."""
-    nb = nbformat.read(lab, as_version=4)
+    nb = nbformat.read(lab.path, as_version=4)
     handout = student.student_version(nb)
     theirs_by_id = {c.id: c for c in handout.cells}
     for i, ours in enumerate(nb.cells):
@@ -38,12 +32,12 @@ def test_the_learner_sees_every_stub_that_the_book_collapses(lab):
             assert not collapsed(theirs), f"{lab.name} cell {i}: the stub is hidden from the learner"
 
 
-@pytest.mark.parametrize("lab", LABS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.stem)
 def test_the_handout_drops_the_books_try_it_first_lines(lab):
     """'Try it first ... before you open the cell below' is for the book's reader; the
     learner's copy has an open stub there instead, and says so. The rest of each markdown
     cell stays."""
-    nb = nbformat.read(lab, as_version=4)
+    nb = nbformat.read(lab.path, as_version=4)
     handout = student.student_version(nb)
     text = "\n".join(c.source for c in handout.cells if c.cell_type == "markdown")
     assert "Try it first" not in text and YOUR_TURN in text

@@ -1,4 +1,4 @@
-"""Learners' code runs as nobody in particular (tools/sandbox.py, tools/grade.py --sandbox): a
+"""Learners' code runs as nobody in particular (teach.sandbox, `python -m teach.grade --sandbox`): a
 notebook that tries to read the gradebook, another learner's submission, labs/ and the
 repository's history, and to write outside its folder, fails every attempt, and is still graded
 in full. Without the sandbox every attempt succeeds, which the second case shows. Needs root."""
@@ -13,13 +13,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from booktools.pages import ROOT
+from teach import grade
 from tests.support import grading as submissions
 
-ROOT = Path(__file__).resolve().parents[2]
 LAB = "00_meet_your_workers.ipynb"  # the fastest lab with checks on every rank
 SPOOL = Path("/var/tmp/dplab-grade")
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root (tools/sandbox.py)")
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root (teach.sandbox)")
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ def test_a_notebook_that_reaches_for_the_instructors_files_gets_none_and_is_grad
     report = course / "bob.json"
     args = ["--sandbox", "--hide", str(course)] if sandboxed else []
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "grade.py"), str(mine), "--json",
+    done = subprocess.run([sys.executable, "-m", "teach.grade", str(mine), "--json",
                            str(report), *args], env={**env, "DPLAB_ENGINES": "2"},
                           capture_output=True, text=True, timeout=600)
     got = json.loads(report.read_text())
@@ -69,10 +70,7 @@ def test_a_notebook_that_reaches_for_the_instructors_files_gets_none_and_is_grad
 
 def test_without_root_the_sandbox_is_refused_before_anything_starts(tmp_path, monkeypatch, capsys):
     """As any other account (os.geteuid patched: a real one could not read a clone in a 700
-    folder), grade.py --sandbox says what to do, and starts nothing."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    import grade
-
+    folder), teach.grade --sandbox says what to do, and starts nothing."""
     nb = tmp_path / LAB
     nbformat.write(submissions.handed_out(LAB), nb)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)

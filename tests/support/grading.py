@@ -1,7 +1,7 @@
-"""Learners' notebooks for the grading tests (tests/student, tests/slurm): the handed-out copy of
-a lab, its solutions pasted back, a cell put in, and a probe of what the learner's code can
-reach. Made in memory from the labs by tools/student.py's own functions."""
-import datetime
+"""Learners' notebooks for the grading tests (tests/student, tests/nbgrader, tests/slurm): the
+handed-out copy of a lab, its solutions pasted back, a plausible mistake made, a cell put in,
+and a probe of what the learner's code can reach, made in memory by teach.student's own
+functions; make student's folder; the grader run as a command; the labs a slow test grades."""
 import json
 import os
 import subprocess
@@ -11,17 +11,15 @@ from pathlib import Path
 import nbformat
 import psutil
 
+from booktools.labs import Lab, Mistake, by_tree, chosen, labs
+from booktools.labs import lab as lab_named
+from teach import sandbox, solutions, student
 from tests.support.processes import lab_processes
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-import sandbox  # noqa: E402  (tools/sandbox.py)
-import solutions  # noqa: E402  (authoring tooling: tools/, not the kit)
-import student  # noqa: E402  (tools/student.py)
 
 
 def lab(name: str):
-    return nbformat.read(ROOT / "labs" / name, as_version=4)
+    """The lab's notebook, by its file name (02_data_parallel_by_hand.ipynb) or stem."""
+    return nbformat.read(lab_named(name).path, as_version=4)
 
 
 def handed_out(name: str):
@@ -44,6 +42,24 @@ def with_cell(nb, before: str, source: str):
     return nb
 
 
+def with_change(nb, grade_id: str, old: str, new: str):
+    """The notebook with `old` replaced by `new` in the cell named grade_id, where it stands once."""
+    cell = nb.cells[index_of(nb, grade_id)]
+    assert cell.source.count(old) == 1, (grade_id, old)
+    cell.source = cell.source.replace(old, new)
+    return nb
+
+
+def with_mistake(nb, mistake: Mistake):
+    """The notebook with the plausible mistake made in its solution cell."""
+    return with_change(nb, mistake.cell, mistake.old, mistake.new)
+
+
+def mistakes() -> dict[str, tuple[Lab, Mistake]]:
+    """Every lab's plausible mistakes (booktools.labs), by name: (the lab, the mistake)."""
+    return {m.name: (each, m) for each in labs() for m in each.mistakes}
+
+
 def points_before(name: str, grade_id: str) -> float:
     """The points of the lab's checks that come before the cell named grade_id."""
     nb = lab(name)
@@ -55,6 +71,29 @@ def points(name: str, checks=None) -> float:
     """The points of the lab's checks (of those named, if given)."""
     return sum(solutions.grading(c)["points"] for c in lab(name).cells if solutions.is_check(c)
                and (checks is None or solutions.grading(c)["grade_id"] in checks))
+
+
+def make_student(out: Path, chosen_labs: tuple[Lab, ...] | list[Lab] = ()) -> Path:
+    """make student's folder in `out` (of the chosen labs, else every lab), with the book's
+    other files beside labs/; its labs/ folder."""
+    done = subprocess.run([sys.executable, "-m", "teach.student", "--out", str(out),
+                           *(str(each.path) for each in chosen_labs)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("stubs to write") == len(chosen_labs or labs()), done.stdout
+    return out / "labs"
+
+
+def pasted_back(handout: Path, name: str, folder: str) -> Path:
+    """The lab's student notebook with its solutions back (`python -m teach.student
+    --paste-back`), in a folder `folder` beside the handout's labs/, where the handout's other
+    files are at the same place."""
+    where = handout.parent / folder
+    where.mkdir(exist_ok=True)
+    out = where / name
+    done = subprocess.run([sys.executable, "-m", "teach.student", "--paste-back", str(handout / name),
+                           "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return out
 
 
 def probe(reach: dict[str, tuple[str, str]]) -> str:
@@ -85,36 +124,30 @@ print("nothing reached")"""
 
 
 def learner_processes() -> list[int]:
-    """Every live process of the sandbox's account (tools/sandbox.py)."""
+    """Every live process of the sandbox's account (teach.sandbox)."""
     return [p.pid for p in psutil.process_iter(["username"])
             if p.info["username"] == sandbox.ACCOUNT]
 
 
-def chosen(labs: list[Path], variable: str, offset: int = 0) -> list[Path]:
+def picked(variable: str, salt: str) -> list[Lab]:
     """The labs a slow grading test runs: the environment's `variable` (all, or numbers such as
-    02,06), else one lab by the day of the year (moved on by `offset`, so that two tests that
-    rotate grade different labs on the same day). The test says which it picked."""
-    want = os.environ.get(variable, "").strip()
-    if want == "all":
-        picked = labs
-    elif want:
-        picked = [lab for lab in labs if lab.name[:2] in want.replace(" ", "").split(",")]
-        assert picked, f"{variable}={want}: no such lab"
-    else:
-        picked = [labs[(datetime.date.today().timetuple().tm_yday + offset) % len(labs)]]
-    print(f"{variable}: grading {', '.join(lab.stem for lab in picked)} "
-          f"({variable}=all or ={picked[0].name[:2]},... chooses)", file=sys.__stderr__)
-    return picked
+    02,06), else one lab fixed by the repository's tree (booktools.labs.by_tree, with `salt`,
+    so that two tests that rotate pick independently). The test says which it picked."""
+    spec = os.environ.get(variable, "").strip()
+    found = chosen(spec) if spec else [by_tree(labs(), salt)]
+    print(f"{variable}: grading {', '.join(each.stem for each in found)} "
+          f"({variable}=all or ={found[0].stem[:2]},... chooses)", file=sys.__stderr__)
+    return found
 
 
 ENGINES = "2"  # several ranks, so that collectives can hang; the fastest such p on 2 cores
 
 
 def grader(notebook: Path, *args: str, engines: str = ENGINES) -> dict:
-    """subprocess keywords that run tools/grade.py on the notebook with `engines` engines and no
-    other DPLAB_* setting of this shell."""
+    """subprocess keywords that run `python -m teach.grade` on the notebook with `engines`
+    engines and no other DPLAB_* setting of this shell."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
-    return dict(args=[sys.executable, str(ROOT / "tools" / "grade.py"), str(notebook), *args],
+    return dict(args=[sys.executable, "-m", "teach.grade", str(notebook), *args],
                 env={**env, "DPLAB_ENGINES": engines})
 
 
@@ -129,20 +162,3 @@ def grade(notebook: Path, *args: str, timeout: float = 600, engines: str = ENGIN
     data = json.loads(report.read_text()) if report.exists() else {}
     assert not data.get("left_running"), out.stdout
     return out.returncode, data, out.stdout + out.stderr
-
-
-# A learner's plausible mistake: (lab, solution cell, old, new, the checks that must fail, and
-# only those: tests/nbgrader asserts the points they lose).
-MISTAKES = {
-    "gradients summed, not averaged": ("02_data_parallel_by_hand", "lab2-dp-step",
-                                       "grad_buf[:] *= len(y) / global_batch", "pass",
-                                       ("lab2-check-one-process", "lab2-check-ex3-long-run")),
-    # the reduce-scatter one chunk off: rank r ends owning chunk r, not r + 1
-    "ring off by one chunk": ("03_allreduce_algorithms", "lab3-ring",
-                              "chunks[(r - s) % p], chunks[(r - s - 1) % p]",
-                              "chunks[(r - s - 1) % p], chunks[(r - s - 2) % p]",
-                              ("lab3-check-ring",)),  # the hierarchical check runs the book's ring
-    # every micro-batch all-reduced: the same weights (averaging is linear), K times the calls
-    "no_sync left out": ("04_ddp", "lab4-no-sync", "with acc.no_sync():", "if True:",
-                         ("lab4-check-no-sync",)),
-}
