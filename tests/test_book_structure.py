@@ -1,48 +1,41 @@
 """The book's own rules, checked: toc, lab skeleton, stored outputs, no machine paths."""
-import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-import nbformat
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-LABS = sorted((ROOT / "labs").glob("*.ipynb"))
+from booktools.pages import ROOT, Page, on_disk, toc
+
+LABS = [page for page in on_disk() if page.is_lab]
 SKELETON = ["Goal", "Prerequisites", "Set-up", "Check", "Takeaways", "Exercises"]
 MACHINE_PATH = re.compile(r"/(work|tmp|root|home)/")
 
 
-def toc_files() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-    for part in toc.get("parts", []):
-        files += [c["file"] for c in part["chapters"]]
-    files += [c["file"] for c in toc.get("chapters", [])]
-    return files
+def markdown(page: Page) -> str:
+    """A lab's markdown cells, one after the other."""
+    return "\n".join(c.source for c in page.cells if c.kind == "markdown")
 
 
 def test_toc_lists_only_pages_that_exist():
-    for f in toc_files():
-        assert any((ROOT / (f + ext)).is_file() for ext in (".md", ".ipynb")), f"_toc.yml lists missing page {f}"
+    for page in toc():
+        assert page.path.is_file(), f"_toc.yml lists missing page {page.name}"
 
 
 def test_every_lab_and_chapter_is_in_the_toc():
-    listed = set(toc_files())
-    pages = [p.relative_to(ROOT).with_suffix("").as_posix() for p in LABS + sorted((ROOT / "chapters").glob("*.md"))]
-    assert [p for p in pages if p not in listed] == []
+    listed = {page.name for page in toc()}
+    assert [page.name for page in on_disk() if page.name not in listed] == []
 
 
 def test_labs_are_numbered_in_the_order_a_reader_meets_them():
     """The toc lists Lab 0, 1, 2, ... in turn, and each lab's file, label and title carry its number."""
-    labs = [f for f in toc_files() if f.startswith("labs/")]
-    numbers = [int(Path(f).name[:2]) for f in labs]
-    assert numbers == list(range(len(labs))), f"labs out of order in _toc.yml: {labs}"
-    for f, k in zip(labs, numbers):
-        first = nbformat.read(ROOT / (f + ".ipynb"), as_version=4).cells[0].source
-        assert first.startswith(f"(lab-{k})=\n# Lab {k}:"), f"{f}: label and title should say Lab {k}"
+    labs = [page for page in toc() if page.is_lab]
+    numbers = [int(page.path.name[:2]) for page in labs]
+    assert numbers == list(range(len(labs))), f"labs out of order in _toc.yml: {[p.name for p in labs]}"
+    for page, k in zip(labs, numbers):
+        first = page.cells[0].source
+        assert first.startswith(f"(lab-{k})=\n# Lab {k}:"), f"{page.name}: label and title should say Lab {k}"
 
 
 def test_environment_yml_takes_pip_packages_from_requirements():
@@ -51,34 +44,31 @@ def test_environment_yml_takes_pip_packages_from_requirements():
     assert "-r requirements.txt" in pip
 
 
-@pytest.mark.parametrize("path", LABS, ids=lambda p: p.name)
-def test_lab_follows_the_skeleton(path):
-    nb = nbformat.read(path, as_version=4)
-    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+@pytest.mark.parametrize("page", LABS, ids=lambda p: p.path.name)
+def test_lab_follows_the_skeleton(page):
+    text = markdown(page)
     missing = [s for s in SKELETON if not re.search(rf"(^#+ .*{s}|\*\*{s}[.:*])", text, re.M)]
-    assert missing == [], f"{path.name} lacks skeleton sections {missing}"
-    assert re.match(r"\(lab-\d+\)=", nb.cells[0].source), "first cell should carry the lab's label"
+    assert missing == [], f"{page.path.name} lacks skeleton sections {missing}"
+    assert re.match(r"\(lab-\d+\)=", page.cells[0].source), "first cell should carry the lab's label"
 
 
-@pytest.mark.parametrize("path", LABS, ids=lambda p: p.name)
-def test_lab_is_stored_with_outputs_and_without_machine_paths(path):
-    nb = nbformat.read(path, as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
+@pytest.mark.parametrize("page", LABS, ids=lambda p: p.path.name)
+def test_lab_is_stored_with_outputs_and_without_machine_paths(page):
+    code = page.code_cells
     assert code and all(c.execution_count is not None for c in code), "execute the lab and store it (make labs)"
     assert any(c.outputs for c in code)
-    raw = path.read_text()
-    assert not MACHINE_PATH.search(raw), f"{path.name} contains a machine path"
+    assert not MACHINE_PATH.search(page.text), f"{page.path.name} contains a machine path"
 
 
-@pytest.mark.parametrize("path", LABS, ids=lambda p: p.name)
-def test_cells_whose_output_is_ignored_still_assert(path):
+@pytest.mark.parametrize("page", LABS, ids=lambda p: p.path.name)
+def test_cells_whose_output_is_ignored_still_assert(page):
     """A timing cell's output is not compared, so an assert must follow in it, in the run of
     output-ignored cells it belongs to, or in the first compared cell after that run."""
-    nb = nbformat.read(path, as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    ignored = ["nbval-ignore-output" in c.metadata.get("tags", []) for c in code]
+    path = page.path
+    code = page.code_cells
+    ignored = ["nbval-ignore-output" in c.tags for c in code]
     for i, cell in enumerate(code):
-        assert "nbval-skip" not in cell.metadata.get("tags", []), f"{path.name}: a skipped cell"
+        assert "nbval-skip" not in cell.tags, f"{path.name}: a skipped cell"
         if not ignored[i]:
             continue
         j = i
@@ -89,22 +79,22 @@ def test_cells_whose_output_is_ignored_still_assert(path):
 
 def test_readme_timing_tables_are_the_saved_results():
     """README.md's timing tables are written from benchmarks/results/, not typed by hand."""
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "readme_tables.py"), "--check"],
-                         capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "booktools.readme", "--check"],
+                         capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("path", LABS, ids=lambda p: p.name)
-def test_lab_asks_for_a_prediction_before_it_measures(path):
+@pytest.mark.parametrize("page", LABS, ids=lambda p: p.path.name)
+def test_lab_asks_for_a_prediction_before_it_measures(page):
     """Issue 34: before each Measure section the learner writes down a prediction: a markdown
     cell with "Predict first." just before the section's heading or between it and its first
     code cell."""
-    cells = nbformat.read(path, as_version=4).cells
+    cells = page.cells
     for i, cell in enumerate(cells):
-        if cell.cell_type == "markdown" and re.search(r"^#+ .*Measure", cell.source, re.M):
-            j = next((k for k in range(i + 1, len(cells)) if cells[k].cell_type == "code"), len(cells))
+        if cell.kind == "markdown" and re.search(r"^#+ .*Measure", cell.source, re.M):
+            j = next((k for k in range(i + 1, len(cells)) if cells[k].kind == "code"), len(cells))
             assert any("**Predict first.**" in cells[k].source for k in range(i - 1, j)), (
-                f"{path.name}: no 'Predict first.' prompt before the Measure section in cell {i}")
+                f"{page.path.name}: no 'Predict first.' prompt before the Measure section in cell {i}")
 
 
 # The documents the book grew from are not the reader's: a page that calls something "the seed
@@ -120,13 +110,9 @@ def source_material_mentions(text: str) -> list[str]:
 
 def test_no_page_speaks_of_the_material_the_book_grew_from():
     found = []
-    for path in [ROOT / "intro.md", *sorted((ROOT / "chapters").glob("*.md")), *LABS]:
-        if path.suffix == ".ipynb":
-            cells = json.loads(path.read_text())["cells"]
-            text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-        else:
-            text = path.read_text()
-        found += [f"{path.relative_to(ROOT)}: {hit!r}" for hit in source_material_mentions(text)]
+    for page in on_disk():
+        text = markdown(page) if page.is_lab else page.text
+        found += [f"{page.file}: {hit!r}" for hit in source_material_mentions(text)]
     assert not found, "pages that mention the book's source material:\n" + "\n".join(found)
 
 

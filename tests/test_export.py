@@ -1,4 +1,4 @@
-"""tools/export_labs.py: labcode/ is the labs' and chapters' own code, and the export refuses
+"""booktools.export: labcode/ is the labs' and chapters' own code, and the export refuses
 what would not run."""
 import ast
 import json
@@ -9,14 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-import export_labs  # noqa: E402
+from booktools import export
+from booktools.pages import ROOT
 
 
 def test_labcode_is_what_the_labs_export():
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "export_labs.py"), "--check"],
-                         capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "booktools.export", "--check"],
+                         capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -34,7 +33,7 @@ def test_export_takes_definitions_and_their_imports_but_nothing_that_runs(tmp_pa
               ("code", "%%px\n#| export: demo\nSCALE = 2\ndef halve(x):\n    return np.asarray(x) / SCALE\n"
                        "print(halve(4))"),
               ("code", "def not_exported():\n    pass"))
-    files = export_labs.render(export_labs.collect(sorted(tmp_path.glob("*.ipynb"))))
+    files = export.render(export.collect(sorted(tmp_path.glob("*.ipynb"))))
     text = files["demo.py"]
     assert "import numpy as np" in text and "import math" not in text
     assert 'section "Steps", "Halve it"' in text
@@ -46,8 +45,8 @@ def test_export_takes_definitions_and_their_imports_but_nothing_that_runs(tmp_pa
 
 def test_export_refuses_code_that_uses_an_engine_global(tmp_path):
     write_lab(tmp_path, ("code", "%%px\n#| export: demo\ndef mine(x):\n    return x[rank]"))
-    with pytest.raises(export_labs.ExportError, match=r"01_t.ipynb cell 0 .* uses rank"):
-        export_labs.collect(sorted(tmp_path.glob("*.ipynb")))
+    with pytest.raises(export.ExportError, match=r"01_t.ipynb cell 0 .* uses rank"):
+        export.collect(sorted(tmp_path.glob("*.ipynb")))
 
 
 def test_a_module_imports_what_another_module_exported_earlier(tmp_path):
@@ -56,29 +55,29 @@ def test_a_module_imports_what_another_module_exported_earlier(tmp_path):
     write_lab(tmp_path, ("code", "#| export: algo\ndef double(x):\n    return 2 * x"),
               ("code", "#| export: measure\ndef timed(x):\n    return double(x), later(x)"),
               ("code", "#| export: algo\ndef later(x):\n    return x"))
-    with pytest.raises(export_labs.ExportError, match=r"cell 1 exports code that uses later"):
-        export_labs.collect(sorted(tmp_path.glob("*.ipynb")))
+    with pytest.raises(export.ExportError, match=r"cell 1 exports code that uses later"):
+        export.collect(sorted(tmp_path.glob("*.ipynb")))
     write_lab(tmp_path, ("code", "#| export: algo\ndef double(x):\n    return 2 * x"),
               ("code", "#| export: measure\ndef timed(x):\n    return double(x)"))
-    files = export_labs.render(export_labs.collect(sorted(tmp_path.glob("*.ipynb"))))
+    files = export.render(export.collect(sorted(tmp_path.glob("*.ipynb"))))
     assert "from labcode.algo import double" in files["measure.py"]
     assert "import" not in files["algo.py"].split('"""')[2]
 
 
 def test_export_refuses_constants_assigned_together_instead_of_skipping_them(tmp_path):
     write_lab(tmp_path, ("code", "#| export: demo\nA, B = 1, 2\ndef one():\n    return A"))
-    with pytest.raises(export_labs.ExportError, match=r"cell 0 assigns A, B in one statement.*one assignment per line"):
-        export_labs.collect(sorted(tmp_path.glob("*.ipynb")))
+    with pytest.raises(export.ExportError, match=r"cell 0 assigns A, B in one statement.*one assignment per line"):
+        export.collect(sorted(tmp_path.glob("*.ipynb")))
 
 
 def test_check_fails_when_labcode_was_edited_by_hand(tmp_path):
     write_lab(tmp_path, ("code", "#| export: demo\ndef one():\n    return 1"))
     out = tmp_path / "pkg"
     args = ["--labs", str(tmp_path), "--chapters", str(tmp_path), "--out", str(out)]
-    assert export_labs.main(args) == 0
-    assert export_labs.main(args + ["--check"]) == 0
+    assert export.main(args) == 0
+    assert export.main(args + ["--check"]) == 0
     (out / "demo.py").write_text((out / "demo.py").read_text().replace("return 1", "return 2"))
-    assert export_labs.main(args + ["--check"]) == 1
+    assert export.main(args + ["--check"]) == 1
 
 
 CHAPTER = """---
@@ -149,9 +148,9 @@ def write_chapter(folder: Path, text: str = CHAPTER) -> Path:
 
 
 def test_chapter_cells_export_their_definitions_with_the_chapter_and_section(tmp_path):
-    files = export_labs.render(export_labs.collect([], [write_chapter(tmp_path)]))
+    files = export.render(export.collect([], [write_chapter(tmp_path)]))
     text = files["demo.py"]
-    assert 'Generated from chapters/t.md by tools/export_labs.py' in text
+    assert f"Generated from chapters/t.md by {export.TOOL}" in text
     assert "Change the chapter, then run" in text
     assert '# From chapters/t.md, section "Halving", "Halve it".\nSCALE = 2' in text
     assert '# From chapters/t.md, section "Halving", "Halve it".\ndef halve' in text
@@ -166,27 +165,27 @@ def test_chapter_cells_export_their_definitions_with_the_chapter_and_section(tmp
 def test_chapter_export_refuses_a_name_the_page_merely_holds(tmp_path):
     uses_data = CHAPTER.replace("return np.asarray(x) / SCALE", "return data[x] / SCALE")
     line = uses_data.splitlines().index("#| export: demo") + 1
-    with pytest.raises(export_labs.ExportError, match=rf"t.md line {line} .* uses data, .*argument"):
-        export_labs.collect([], [write_chapter(tmp_path, uses_data)])
+    with pytest.raises(export.ExportError, match=rf"t.md line {line} .* uses data, .*argument"):
+        export.collect([], [write_chapter(tmp_path, uses_data)])
 
 
 def test_check_fails_when_labcode_differs_from_a_chapter(tmp_path):
     chapter, out = write_chapter(tmp_path), tmp_path / "pkg"
     args = ["--labs", str(tmp_path), "--chapters", str(tmp_path), "--out", str(out)]
-    assert export_labs.main(args) == 0
-    assert export_labs.main(args + ["--check"]) == 0
+    assert export.main(args) == 0
+    assert export.main(args + ["--check"]) == 0
     chapter.write_text(CHAPTER.replace("SCALE = 2", "SCALE = 3"))
-    assert export_labs.main(args + ["--check"]) == 1
-    assert export_labs.main(args) == 0 and "SCALE = 3" in (out / "demo.py").read_text()
+    assert export.main(args + ["--check"]) == 1
+    assert export.main(args) == 0 and "SCALE = 3" in (out / "demo.py").read_text()
     chapter.write_text(CHAPTER.replace("#| export: demo\n# also", "# also"))
-    assert export_labs.main(args + ["--check"]) == 1  # labcode/demo.py is now stale
+    assert export.main(args + ["--check"]) == 1  # labcode/demo.py is now stale
 
 
 def test_a_module_takes_labs_and_chapters_in_the_books_order():
     pages = ["labs/04_ddp.ipynb", "chapters/ddp_inside.md", "chapters/ddp.md",
              "labs/03_allreduce_algorithms.ipynb", "chapters/zz_not_in_the_toc.md",
              "chapters/allreduce_algorithms.md"]
-    assert export_labs.book_order(pages) == [
+    assert export.book_order(pages) == [
         "chapters/allreduce_algorithms.md", "labs/03_allreduce_algorithms.ipynb",
         "chapters/ddp.md", "chapters/ddp_inside.md", "labs/04_ddp.ipynb",
         "chapters/zz_not_in_the_toc.md"]

@@ -5,8 +5,8 @@ import re
 from pathlib import Path
 
 import torch
-from tests.support.pages import code_to_scan
 
+from booktools.pages import code_to_scan
 from dplab import internals
 
 ROOT = Path(__file__).resolve().parent.parent

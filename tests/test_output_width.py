@@ -10,17 +10,15 @@ chapters, intro.md and the labs' Markdown (a fence in a text lexer, a {code-bloc
 HTML outputs (pandas tables) and the chapters' outputs, made when the book is built, are the
 browser's to judge.
 """
-import re
 from pathlib import Path
 
 import nbformat
 import pytest
-from tests.support.pages import BOX_CHARS, BOXED_CHARS, FENCE, TEXT_LEXERS, directive_options, included_lines, option_lines
 
-ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted((ROOT / "chapters").glob("*.md")) + [ROOT / "intro.md"]
-LABS = sorted((ROOT / "labs").glob("*.ipynb"))
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+from booktools.pages import BOX_CHARS, BOXED_CHARS, ROOT, Fence, Page, included_lines, on_disk, page_at
+
+CHAPTERS = [page for page in on_disk() if not page.is_lab]
+LABS = [page for page in on_disk() if page.is_lab]
 
 
 def shown(path: Path) -> str:
@@ -34,105 +32,49 @@ def too_long(where: str, numbered, limit: int) -> list[str]:
             for n, line in numbered if len(line) > limit]
 
 
-def fences(text: str):
-    """Yield (info, first body line number, body lines, nested) of every fence, nested ones too;
-    `nested`: inside another fence (an admonition, dropdown, exercise or solution)."""
-    stack = []  # open fences: [char run, info, first body line, body]
-    for number, line in enumerate(text.splitlines(), 1):
-        m = FENCE.match(line)
-        top = stack[-1] if stack else None
-        if top and m and not m.group(3) and m.group(2)[0] == top[0][0] and len(m.group(2)) >= len(top[0]):
-            stack.pop()
-            yield top[1], top[2], top[3], bool(stack)
-            continue
-        if top and not holds_blocks(top[1]):
-            top[3].append(line)  # code or text: no fence opens inside it
-            continue
-        if m and (m.group(2)[0] != ":" or m.group(3)):
-            stack.append([m.group(2), m.group(3).strip(), number + 1, []])
-        elif top:
-            top[3].append(line)
-
-
-def holds_blocks(info: str) -> bool:
-    """Whether a fence's body is Markdown with blocks of its own (an admonition, not code)."""
-    name = info.split("}")[0] + "}" if info.startswith("{") else ""
-    return name not in ("}", "{code-cell}", "{code-block}", "{code}", "{literalinclude}")
-
-
-def text_lexer(info: str, body: list[str]) -> str | None:
-    """The text lexer a fence shows its body in; None for code, prose and everything else."""
-    words = info.split()
-    if not words:
-        return None
-    if not info.startswith("{"):
-        return words[0] if words[0] in TEXT_LEXERS else None
-    name, arg = words[0], words[1] if len(words) > 1 else ""
-    if name in ("{code-block}", "{code}"):
-        return arg if arg in TEXT_LEXERS else None
-    if name == "{literalinclude}":
-        language = directive_options(body).get("language", "")
-        return language if language in TEXT_LEXERS else None
-    return None
-
-
-def listing_offenders(text: str, page: str, base: Path) -> list[str]:
-    """Too-long lines of the text listings in Markdown `text` (of `page`, in folder `base`),
-    and of the text files they include."""
+def listing_offenders(page: Page, fences: list[Fence], where: str) -> list[str]:
+    """Too-long lines of the text listings among a page's `fences` (named `where` in messages),
+    and of the text files they include; a listing inside another fence has the narrower box."""
     found = []
-    for info, first, body, nested in fences(text):
-        if not text_lexer(info, body):
+    for fence in fences:
+        if not fence.text_lexer:
             continue
-        limit = BOXED_CHARS if nested else BOX_CHARS
-        if info.startswith("{literalinclude}"):
-            target = (base / info.split("}", 1)[1].strip()).resolve()
-            lines = included_lines(target, directive_options(body))
-            found += too_long(f"{shown(target)}, line {{n}} (included by {page})", lines, limit)
+        limit = BOXED_CHARS if fence.depth else BOX_CHARS
+        if fence.name == "literalinclude":
+            target = (page.path.parent / fence.argument).resolve()
+            lines = included_lines(target, fence.options)
+            found += too_long(f"{shown(target)}, line {{n}} (included by {where})", lines, limit)
         else:
-            skip = option_lines(body) if info.startswith("{") else 0
-            found += too_long(page + ", line {n}", list(enumerate(body, first))[skip:], limit)
+            found += too_long(where + ", line {n}", fence.content, limit)
     return found
 
 
-def output_texts(cell) -> list[str]:
-    """The printed text of a code cell's outputs: streams, tracebacks, and text/plain where
-    nothing richer (HTML, an image) is shown instead."""
-    texts = []
-    for out in cell.get("outputs", []):
-        if out.output_type == "stream":
-            texts.append(out.text)
-        elif out.output_type == "error":
-            texts.append("\n".join(out.traceback))
-        elif "data" in out and "text/plain" in out.data and not set(out.data) - {"text/plain"}:
-            texts.append(out.data["text/plain"])
-    return [ANSI.sub("", t) for t in texts]
-
-
-def lab_offenders(path: Path) -> list[str]:
+def lab_offenders(page: Page) -> list[str]:
     """Too-long lines of a lab's stored outputs and of its Markdown's text listings."""
-    name = shown(path)
+    name = shown(page.path)
     found = []
-    for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
-        if cell.cell_type == "code":
-            for text in output_texts(cell):
-                found += too_long(f"{name} cell {index}, output line {{n}}",
+    for cell in page.cells:
+        if cell.kind == "code":
+            for text in cell.output_texts:
+                found += too_long(f"{name} cell {cell.index}, output line {{n}}",
                                   enumerate(text.splitlines(), 1), BOX_CHARS)
-        elif cell.cell_type == "markdown":
-            found += listing_offenders(cell.source, f"{name} cell {index}", path.parent)
+        elif cell.kind == "markdown":
+            fences = [f for f in page.fences if f.cell == cell.index]
+            found += listing_offenders(page, fences, f"{name} cell {cell.index}")
     return found
 
 
-@pytest.mark.parametrize("path", LABS, ids=lambda p: p.name)
-def test_lab_outputs_fit_their_box(path):
-    offenders = lab_offenders(path)
+@pytest.mark.parametrize("page", LABS, ids=lambda p: p.path.name)
+def test_lab_outputs_fit_their_box(page):
+    offenders = lab_offenders(page)
     if offenders:
         pytest.fail(f"wider than a box's {BOX_CHARS} characters, rewrap where printed:\n"
                     + "\n".join(offenders), pytrace=False)
 
 
-@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
-def test_chapter_listings_fit_their_box(path):
-    offenders = listing_offenders(path.read_text(), shown(path), path.parent)
+@pytest.mark.parametrize("page", CHAPTERS, ids=lambda p: p.path.name)
+def test_chapter_listings_fit_their_box(page):
+    offenders = listing_offenders(page, page.fences, shown(page.path))
     if offenders:
         pytest.fail("wider than their box, rewrap:\n" + "\n".join(offenders), pytrace=False)
 
@@ -156,7 +98,7 @@ def test_the_check_finds_long_outputs_and_listings(tmp_path):
                                       "```\n:::\n```{literalinclude} out.txt\n:language: text\n```"),
     ])
     nbformat.write(nb, tmp_path / "lab.ipynb")
-    found = "\n".join(lab_offenders(tmp_path / "lab.ipynb"))
+    found = "\n".join(lab_offenders(page_at(tmp_path / "lab.ipynb")))
     assert [line.split(":")[0] for line in found.splitlines()] == [
         "lab.ipynb cell 0, output line 2", "lab.ipynb cell 0, output line 1",
         "lab.ipynb cell 0, output line 3",

@@ -1,45 +1,49 @@
 """No number typed by hand in the book's prose: each is glued, tied to its constant, or allowed with a reason.
 
-The rules are in tests/prose_numbers.py; `python tests/prose_numbers.py PAGE` lists a page's numbers.
+The rules are in booktools/numbers.py; `python -m booktools.numbers PAGE` lists a page's numbers.
 """
 import re
 from pathlib import Path
 
 import pytest
 
-from tests.support import prose_numbers as pn
+from booktools import numbers as pn
+from booktools.pages import on_disk
 
 
 def test_every_number_in_prose_is_glued_tied_or_allowed():
     found = pn.typed_numbers()
-    assert found == [], "numbers typed by hand (glue them, or see tests/prose_numbers.py):\n" + "\n".join(
+    assert found == [], "numbers typed by hand (glue them, or see booktools/numbers.py):\n" + "\n".join(
         map(str, found))
 
 
-@pytest.mark.parametrize("rules", [pn.ALLOWED, pn.TIED], ids=["ALLOWED", "TIED"])
+@pytest.mark.parametrize("rules", [pn.ALLOWED, pn.every_tied()], ids=["ALLOWED", "TIED"])
 def test_every_allowance_is_used_and_says_why(rules):
     for entry in rules:
         page, phrase, why = entry
-        paths = [p for p in pn.pages() if p.match(page)]
-        assert paths, f"{page}: no such page"
-        used = any(re.search(phrase, line) for p in paths for _, line in pn.prose_lines(p))
+        pages = [p for p in on_disk() if Path(p.file).match(page)]
+        assert pages, f"{page}: no such page"
+        used = any(re.search(phrase, line.text) for p in pages for line in pn.prose_lines(p))
         assert used, f"{page}: {phrase!r} matches no prose line any more: remove it"
         assert why.strip(), f"{page}: {phrase!r} has no reason"
 
 
-@pytest.mark.parametrize("page, phrase, expression", pn.TIED)
+@pytest.mark.parametrize("page, phrase, expression", pn.every_tied())
 def test_a_tied_number_equals_its_constant(page, phrase, expression):
     assert pn.evaluate(expression) is True, f"{page}: {phrase!r} no longer matches {expression}"
 
 
+def test_a_lab_ties_a_number_in_its_own_metadata(tmp_path):
+    """The broken variant of a tie: the same phrase in a lab without its "tied" entry is flagged."""
+    said = "It uses the 80 GB of an H100."
+    assert scan_lab(tmp_path, said, 60) == ["80"]
+    assert scan_lab(tmp_path, said, 60, tied=[{"phrase": "the 80 GB of an H100", "holds": "True"}]) == []
+
+
 def numbers_under(root: Path, scan, path: Path) -> list[str]:
-    """The numbers `scan` (typed_numbers or typed_comment_numbers) finds in `path`, with the
-    book's root moved to `root` for the while."""
-    real, pn.ROOT = pn.ROOT, root
-    try:
-        return [f.number for f in scan([path])]
-    finally:
-        pn.ROOT = real
+    """The numbers `scan` (typed_numbers or typed_comment_numbers) finds in `path`, a page of
+    the book at `root`."""
+    return [f.number for f in scan([path], root)]
 
 
 def scan(tmp_path: Path, prose: str) -> list[str]:
@@ -70,13 +74,14 @@ def test_the_scan_flags_typed_numbers_and_nothing_else(tmp_path, prose, flagged)
     assert scan(tmp_path, prose) == flagged
 
 
-def scan_lab(tmp_path: Path, markdown: str, seconds: float) -> list[str]:
+def scan_lab(tmp_path: Path, markdown: str, seconds: float, tied: list | None = None) -> list[str]:
     import json
 
     import nbformat
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(markdown),
-                                         nbformat.v4.new_code_cell("x = 41")])
+                                         nbformat.v4.new_code_cell("x = 41")],
+                                  metadata={"dplab": {"tied": tied}} if tied else {})
     lab = tmp_path / "labs" / "09_lab.ipynb"
     lab.parent.mkdir(exist_ok=True)
     nbformat.write(nb, lab)
@@ -107,7 +112,7 @@ def test_a_lab_may_point_to_the_landing_pages_time(tmp_path):
 def test_every_number_in_a_code_comment_is_structural_or_restates_its_cell():
     found = pn.typed_comment_numbers()
     assert found == [], ("numbers typed by hand into code comments (point to benchmarks/results/ or the "
-                         "test that measured them; see tests/prose_numbers.py):\n" + "\n".join(map(str, found)))
+                         "test that measured them; see booktools/numbers.py):\n" + "\n".join(map(str, found)))
 
 
 def scan_comments(tmp_path: Path, code: str) -> list[str]:

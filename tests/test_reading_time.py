@@ -1,13 +1,9 @@
-"""Each page's reading time (tools/reading_time.py): no page of the book over LIMIT_MIN minutes
+"""Each page's reading time (booktools.reading): no page of the book over LIMIT_MIN minutes
 (issue 46), and the count reads what a reader reads, nothing else."""
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-import reading_time  # noqa: E402  (tools/reading_time.py)
+from booktools import reading
+from booktools.pages import toc
 
 LIMIT_MIN = 12
 # Pages still over the limit, each with what will bring it under. The test fails when a page
@@ -16,7 +12,7 @@ TOO_LONG: dict[str, str] = {}
 
 
 def test_no_page_takes_longer_than_the_limit_to_read():
-    minutes = {str(p.relative_to(ROOT)): reading_time.minutes(p) for p in reading_time.toc_pages()}
+    minutes = {page.file: reading.minutes(page) for page in toc()}
     over = {page: round(m, 1) for page, m in minutes.items() if m > LIMIT_MIN}
     assert set(over) <= set(TOO_LONG), f"over {LIMIT_MIN} minutes of reading: {over}"
     under = sorted(set(TOO_LONG) - set(over))
@@ -56,8 +52,8 @@ Two more.
 
 
 def test_the_count_reads_prose_and_skips_code_math_folded_boxes_and_references():
-    text = reading_time.prose(PAGE)
-    assert reading_time.WORD.findall(text) == ["Title", "Five", "words", "of", "prose", "here",
+    text = reading.prose(PAGE)
+    assert reading.WORD.findall(text) == ["Title", "Five", "words", "of", "prose", "here",
                                                "Two", "more"]
 
 
@@ -65,4 +61,4 @@ def test_the_count_reads_prose_and_skips_code_math_folded_boxes_and_references()
 def test_a_folded_box_is_off_the_readers_path(folded):
     box = ":::{admonition} How this is checked\n" + (":class: dropdown\n" if folded else "") \
         + "\none two three\n:::\n"
-    assert len(reading_time.WORD.findall(reading_time.prose(box))) == (0 if folded else 3)
+    assert len(reading.WORD.findall(reading.prose(box))) == (0 if folded else 3)

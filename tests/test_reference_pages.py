@@ -1,11 +1,11 @@
 """The Reference part: every formula row links to its derivation and computes its example; every glossary term is used."""
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted(p for p in (ROOT / "chapters").glob("*.md") if p.stem not in ("formulas", "glossary"))
+from booktools.pages import ROOT, on_disk, page_at, toc
+
+CHAPTERS = [p for p in on_disk() if p.name.startswith("chapters/") and p.path.stem not in ("formulas", "glossary")]
 ROLE = re.compile(r"\{[\w:-]+\}`[^`]*`")
 LINK = re.compile(r"\{(?:ref|numref|eq)\}`(?:[^`<]*<)?([\w-]+)>?`")
 NAMES = re.compile(r"Lab \d|ZeRO-\d|[bf]p\d+|\d+-bit")  # names that contain digits, not numbers
@@ -14,8 +14,10 @@ NAMES = re.compile(r"Lab \d|ZeRO-\d|[bf]p\d+|\d+-bit")  # names that contain dig
 def labels() -> set[str]:
     """Every target the book defines: (label)=, $$ (label), and :name:/name: of tables and figures."""
     found = set()
-    for p in list((ROOT / "chapters").glob("*.md")) + list((ROOT / "labs").glob("*.ipynb")):
-        text = p.read_text().replace("\\n", "\n")
+    for page in on_disk():
+        if page.name == "intro":
+            continue
+        text = page.text.replace("\\n", "\n")
         for rx in (r"^\"?\(([\w-]+)\)=", r"\$\$ \(([\w-]+)\)", r"\bname: ([\w-]+)"):
             found |= set(re.findall(rx, text, re.M))
     return found
@@ -23,17 +25,19 @@ def labels() -> set[str]:
 
 def formula_rows() -> list[list[str]]:
     """The list-table rows of the Formulas page after the header: [formula, meaning, derivation, example]."""
-    text = (ROOT / "chapters" / "formulas.md").read_text()
     rows = []
-    for table in re.findall(r"```\{list-table\}\n(.*?)```", text, re.S):
+    for fence in page_at(ROOT / "chapters" / "formulas.md").fences:
+        if fence.name != "list-table":
+            continue
+        table = "\n".join(fence.body) + "\n"
         for row in re.split(r"^\* ", table, flags=re.M)[2:]:  # [options, header, rows...]
             rows.append([c.strip() for c in re.split(r"^\s*- ", row, flags=re.M)[1:]])
     return rows
 
 
 def glossary_terms() -> list[str]:
-    body = (ROOT / "chapters" / "glossary.md").read_text().split("```{glossary}")[1].split("```")[0]
-    return [line for line in body.splitlines() if line and not line.startswith(" ")]
+    [glossary] = [f for f in page_at(ROOT / "chapters" / "glossary.md").fences if f.name == "glossary"]
+    return [line for _, line in glossary.content if line and not line.startswith(" ")]
 
 
 def test_formula_rows_link_to_a_labelled_derivation_and_glue_their_example():
@@ -52,8 +56,8 @@ def test_formula_rows_link_to_a_labelled_derivation_and_glue_their_example():
 def test_every_glossary_term_is_linked_from_a_chapter_and_every_link_has_a_term():
     terms = {t.lower() for t in glossary_terms()}
     linked = set()
-    for p in CHAPTERS:
-        for target in re.findall(r"\{term\}`(?:[^`<]*<)?([^`<>]+)>?`", p.read_text()):
+    for page in CHAPTERS:
+        for target in re.findall(r"\{term\}`(?:[^`<]*<)?([^`<>]+)>?`", page.text):
             linked.add(target.strip().lower())
     assert sorted(terms - linked) == [], "glossary terms no chapter links with {term}"
     assert sorted(linked - terms) == [], "{term} links to words the glossary lacks"
@@ -61,4 +65,4 @@ def test_every_glossary_term_is_linked_from_a_chapter_and_every_link_has_a_term(
 
 @pytest.mark.parametrize("page", ["formulas", "glossary"])
 def test_reference_pages_are_in_the_toc(page):
-    assert f"chapters/{page}" in (ROOT / "_toc.yml").read_text()
+    assert f"chapters/{page}" in [p.name for p in toc()]

@@ -2,20 +2,20 @@
 "How a page reads"): dplab.plots.takeaway in a cell whose output nbval does not compare and
 whose code is folded, in the book and in JupyterLab."""
 import re
-from pathlib import Path
 
-import nbformat
 import pytest
 
-LABS = sorted((Path(__file__).resolve().parents[1] / "labs").glob("*.ipynb"))
+from booktools.pages import Cell, on_disk
+
+LABS = [page for page in on_disk() if page.is_lab]
 
 
-def measure_cells(cells) -> list[int]:
+def measure_cells(cells: list[Cell]) -> list[int]:
     """Indexes of the cells of a lab's Measure sections (a "## Measure" heading up to the next
     "## " heading)."""
     inside, found = False, []
     for i, cell in enumerate(cells):
-        if cell.cell_type == "markdown":
+        if cell.kind == "markdown":
             for line in cell.source.splitlines():
                 if re.match(r"## ", line):
                     inside = line.startswith("## Measure")
@@ -24,12 +24,12 @@ def measure_cells(cells) -> list[int]:
     return found
 
 
-def takeaway_problems(cells) -> list[str]:
+def takeaway_problems(cells: list[Cell]) -> list[str]:
     """What breaks the rule of a lab's takeaways: each Measure section has one, every plot of a
     measurement there (its output not compared) has one right under it, and a takeaway cell's
     output is not compared and its code is folded."""
     problems = []
-    is_box = [c.cell_type == "code" and "takeaway(" in c.source for c in cells]
+    is_box = [c.kind == "code" and "takeaway(" in c.source for c in cells]
     measure = measure_cells(cells)
     if not measure:
         problems.append("no Measure section (every lab has one, headed \"## Measure\")")
@@ -37,38 +37,35 @@ def takeaway_problems(cells) -> list[str]:
         problems.append("a Measure section without a takeaway")
     for i in measure:
         cell = cells[i]
-        tags = cell.metadata.get("tags", [])
-        if "figure" in cell.metadata.get("mystnb", {}) and "nbval-ignore-output" in tags:
+        if "figure" in cell.metadata.get("mystnb", {}) and "nbval-ignore-output" in cell.tags:
             if not (i + 1 < len(cells) and is_box[i + 1]):
                 problems.append(f"cell {i}: a measured plot with no takeaway right under it")
     for i, cell in enumerate(cells):
         if is_box[i]:
-            tags = cell.metadata.get("tags", [])
-            if not {"nbval-ignore-output", "hide-input"} <= set(tags):
+            if not {"nbval-ignore-output", "hide-input"} <= set(cell.tags):
                 problems.append(f"cell {i}: a takeaway not tagged nbval-ignore-output, hide-input")
             if not cell.metadata.get("jupyter", {}).get("source_hidden"):
                 problems.append(f"cell {i}: a takeaway whose code JupyterLab does not fold")
     return problems
 
 
-@pytest.mark.parametrize("lab", LABS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("lab", LABS, ids=lambda p: p.path.stem)
 def test_every_measured_plot_of_a_lab_has_a_takeaway_under_it(lab):
-    assert takeaway_problems(nbformat.read(lab, as_version=4).cells) == []
+    assert takeaway_problems(lab.cells) == []
 
 
 def test_the_takeaway_rule_finds_a_plot_without_its_box():
-    new = nbformat.v4
-    plot = new.new_code_cell("plt.show()", metadata={
+    plot = Cell(0, "code", "plt.show()", metadata={
         "tags": ["nbval-ignore-output"], "mystnb": {"figure": {"caption": "c"}}})
-    box = new.new_code_cell("takeaway(text)\nassert x", metadata={
+    box = Cell(0, "code", "takeaway(text)\nassert x", metadata={
         "tags": ["nbval-ignore-output", "hide-input"], "jupyter": {"source_hidden": True}})
-    head = new.new_markdown_cell("## Measure")
-    tail = new.new_markdown_cell("## Takeaways")
+    head = Cell(0, "markdown", "## Measure")
+    tail = Cell(0, "markdown", "## Takeaways")
     assert takeaway_problems([head, plot, box, tail]) == []
     assert takeaway_problems([head, plot, tail]) == [
         "a Measure section without a takeaway",
         "cell 1: a measured plot with no takeaway right under it"]
-    shown = new.new_code_cell("takeaway(text)")
+    shown = Cell(0, "code", "takeaway(text)")
     assert takeaway_problems([head, plot, shown, tail]) == [
         "cell 2: a takeaway not tagged nbval-ignore-output, hide-input",
         "cell 2: a takeaway whose code JupyterLab does not fold"]

@@ -1,69 +1,8 @@
-"""Time the README's commands from a clean clone and save them for the README's table.
-
-    python tools/time_commands.py                       # make test, make test-any-p, make book
-    python tools/time_commands.py test                  # only make test
-
-Clones this repository's HEAD into a temporary folder, runs each `make` target there one after
-the other (pip's cache is reused, nothing else), and writes its times at the top of
-benchmarks/results/commands.txt; the earlier times of the other targets stay below, each under
-the header of its own run. `python tools/readme_tables.py` then puts the times into README.md.
-What a target writes in the clone's benchmarks/results/ (make test-torch's verdict with
-RECORD=1 in the environment, make bench-nodes' figures) is copied back here.
-"""
-import shutil
-import subprocess
+"""Moved to booktools/commands.py: run `python -m booktools.commands`. This alias keeps the old
+command working for a while."""
 import sys
-import tempfile
-import time
-from datetime import datetime, timezone
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from dplab.timing import machine  # noqa: E402
-from readme_tables import COMMAND_ROW, command_runs  # noqa: E402  (tools/ is sys.path[0])
+from booktools.commands import main
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "benchmarks" / "results" / "commands.txt"
-
-
-def earlier_runs(text: str, retimed: list[str]) -> list[str]:
-    """The runs saved in an earlier commands.txt, less the rows of the targets timed again
-    (and runs that have no row left)."""
-    kept = []
-    for run in command_runs(text):
-        lines = [line for line in run.splitlines(keepends=True)
-                 if not (m := COMMAND_ROW.match(line.rstrip("\n"))) or m.group(1) not in retimed]
-        if any(line.startswith("make ") for line in lines):
-            kept.append("".join(lines))
-    return kept
-
-
-targets = sys.argv[1:] or ["test", "test-any-p", "book"]
-commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                        check=True).stdout.strip()
-stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-lines = [f"$ python tools/time_commands.py {' '.join(targets)}   # {stamp}, clean clone of {commit}\n",
-         f"machine: {machine()}\n"]
-with tempfile.TemporaryDirectory() as tmp:
-    clone = Path(tmp) / "book"
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    for target in targets:
-        t0 = time.perf_counter()
-        proc = subprocess.run(["make", *target.split()], cwd=clone)  # "test-any-p ANY_P=1"
-        seconds = time.perf_counter() - t0
-        if proc.returncode != 0:  # the times of the targets before it are saved all the same
-            lines.append(f"# make {target} failed there after {seconds:.0f} s, so the run stopped\n")
-            break
-        lines.append(f"make {target:12s} {seconds:7.0f} s\n")
-        print(lines[-1], end="", flush=True)
-        changed = subprocess.run(["git", "status", "--porcelain", "--", "benchmarks/results"], cwd=clone,
-                                 capture_output=True, text=True, check=True).stdout.splitlines()
-        for entry in changed:
-            name = entry[3:].strip()
-            shutil.copy2(clone / name, ROOT / name)
-            print(f"copied back: {name}", flush=True)
-timed = [t for t in targets if any(line.startswith(f"make {t} ") for line in lines)]
-earlier = earlier_runs(OUT.read_text(), timed) if OUT.exists() else []
-OUT.write_text("".join(lines + earlier))
-if lines[-1].startswith("# make"):
-    sys.exit(lines[-1].lstrip("# ").rstrip())
+if __name__ == "__main__":
+    sys.exit(main())

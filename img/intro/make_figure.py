@@ -1,15 +1,13 @@
 """Draw img/intro/parts.svg: the book's parts in reading order, each chapter beside its labs.
 
 Everything comes from _toc.yml (the parts, their order, which lab follows which chapter) and
-from the pages (their titles), so the map shows the book as it is. Run it from the repository
-root after changing either: .venv/bin/python img/intro/make_figure.py
+from the pages (their titles), both read through booktools.pages, so the map shows the book as
+it is. Run it after changing either: .venv/bin/python img/intro/make_figure.py
 (tests/test_intro.py fails while the stored figure differs from what this script draws).
 """
 from __future__ import annotations
 
 import io
-import json
-import re
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,12 +16,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-import yaml
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+from booktools.pages import Page, toc
 from dplab.plots import PALETTE, use_book_style
 
-ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(__file__).with_name("parts.svg")
 REFERENCE = "Reference"  # the part whose pages are looked up, not read in order
 
@@ -40,36 +37,24 @@ WRAP = 29  # characters per line in a box at FONT points
 class Row:
     """A chapter and the labs listed after it in the toc (None: a part that opens with a lab)."""
 
-    chapter: str | None
-    labs: list[str] = field(default_factory=list)
+    chapter: Page | None
+    labs: list[Page] = field(default_factory=list)
 
 
-def title(page: str) -> str:
-    """The first level-1 heading of a chapter (.md) or of a lab's markdown (.ipynb)."""
-    path = ROOT / page
-    if path.with_suffix(".ipynb").exists():
-        cells = json.loads(path.with_suffix(".ipynb").read_text())["cells"]
-        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    else:
-        text = path.with_suffix(".md").read_text()
-    return re.search(r"^# (.+)$", text, re.M).group(1).strip()
-
-
-def parts(toc: dict | None = None) -> list[tuple[str, list[Row]]]:
-    """The toc's parts in order, each as rows: a chapter and the labs listed after it."""
-    toc = toc or yaml.safe_load((ROOT / "_toc.yml").read_text())
-    out = []
-    for part in toc["parts"]:
-        rows: list[Row] = []
-        for entry in part["chapters"]:
-            page = entry["file"]
-            if not page.startswith("labs/"):
-                rows.append(Row(page))
-            elif rows:
-                rows[-1].labs.append(page)
-            else:
-                rows.append(Row(None, [page]))
-        out.append((part["caption"], rows))
+def parts(pages: list[Page] | None = None) -> list[tuple[str, list[Row]]]:
+    """The toc's parts in order (the root page is in none), each as rows: a chapter and the labs
+    listed after it."""
+    out: list[tuple[str, list[Row]]] = []
+    for page in (pages or toc())[1:]:
+        if not out or out[-1][0] != page.part:
+            out.append((page.part, []))
+        rows = out[-1][1]
+        if not page.is_lab:
+            rows.append(Row(page))
+        elif rows:
+            rows[-1].labs.append(page)
+        else:
+            rows.append(Row(None, [page]))
     return out
 
 
@@ -91,16 +76,16 @@ def arrow(ax, start: tuple[float, float], end: tuple[float, float]) -> None:
                                  color="#444444", linewidth=0.9, shrinkA=0, shrinkB=0))
 
 
-def layout(toc: dict | None) -> tuple[list[tuple[str, float, float, object]], float]:
+def layout(pages: list[Page] | None) -> tuple[list[tuple[str, float, float, object]], float]:
     """(kind, top, height, what) of every band from top to bottom, and the total height."""
     items = [("legend", 4.0, HEADER, None)]
     y = 4.0 + HEADER + 4
-    for caption, rows in parts(toc):
+    for caption, rows in parts(pages):
         items.append(("part", y, HEADER, caption))
         y += HEADER
         for row in rows:
-            heights = [LINE * len(lines(title(lab))) + 2 * PAD for lab in row.labs]
-            own = LINE * len(lines(title(row.chapter))) + 2 * PAD if row.chapter else 0
+            heights = [LINE * len(lines(lab.title)) + 2 * PAD for lab in row.labs]
+            own = LINE * len(lines(row.chapter.title)) + 2 * PAD if row.chapter else 0
             # a chapter box spans its labs' boxes, and is at least as tall as its own text
             h = max(sum(heights) + SPACE * (len(heights) - 1), own)
             items.append(("row", y, h, (caption, row, heights)))
@@ -109,10 +94,10 @@ def layout(toc: dict | None) -> tuple[list[tuple[str, float, float, object]], fl
     return items, y
 
 
-def draw(toc: dict | None = None) -> plt.Figure:
+def draw(pages: list[Page] | None = None) -> plt.Figure:
     """The map: a caption per part, its chapters on the left, each one's labs on the right."""
     use_book_style()
-    items, height = layout(toc)
+    items, height = layout(pages)
     fig = plt.figure(figsize=(WIDTH / 100, height / 100), layout="none")
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(0, WIDTH)
@@ -134,10 +119,10 @@ def draw(toc: dict | None = None) -> plt.Figure:
             caption, row, heights = what
             if row.chapter:
                 colour = PALETTE[2] if caption == REFERENCE else PALETTE[0]
-                box(ax, chapter_x, top, h, title(row.chapter), colour)
+                box(ax, chapter_x, top, h, row.chapter.title, colour)
             y = top
             for lab, lab_h in zip(row.labs, heights):
-                box(ax, lab_x, y, lab_h, title(lab), PALETTE[1])
+                box(ax, lab_x, y, lab_h, lab.title, PALETTE[1])
                 if row.chapter:
                     arrow(ax, (chapter_x + COLUMN, y + lab_h / 2), (lab_x, y + lab_h / 2))
                 y += lab_h + SPACE
@@ -151,9 +136,9 @@ def draw(toc: dict | None = None) -> plt.Figure:
     return fig
 
 
-def svg(toc: dict | None = None) -> bytes:
+def svg(pages: list[Page] | None = None) -> bytes:
     """The figure as SVG: no date, fixed ids, text kept as text; equal inputs give equal bytes."""
-    fig = draw(toc)
+    fig = draw(pages)
     buffer = io.BytesIO()
     with matplotlib.rc_context({"svg.hashsalt": "dplab", "svg.fonttype": "none"}):
         fig.savefig(buffer, format="svg", metadata={"Date": None})

@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from booktools.pages import BOX_CHARS, BOXED_CHARS, TEXT_LEXERS
 from tests.support.browser import serve
-from tests.support.pages import BOX_CHARS, BOXED_CHARS, TEXT_LEXERS
 
 WAIT_MS = 15_000  # for a page, MathJax or an image
 SHOTS = Path(__file__).resolve().parents[2] / "_build" / "screenshots"
@@ -298,7 +298,7 @@ def test_boxes_hold_the_characters_the_source_check_allows(book_url, browser_con
         page.close()
     assert set(fits) == {"output", "tip", "exercise", "dropdown"}, f"{FIT_PAGE} lacks a box: {fits}"
     assert fits["output"] >= BOX_CHARS, f"an output box holds {fits['output']} characters, " \
-        f"fewer than BOX_CHARS = {BOX_CHARS} in tests/test_output_width.py"
+        f"fewer than BOX_CHARS = {BOX_CHARS} in booktools/pages.py"
     boxed = min(v for k, v in fits.items() if k != "output")
     assert boxed >= BOXED_CHARS, f"a listing in a box holds {boxed} characters ({fits}), fewer " \
-        f"than BOXED_CHARS = {BOXED_CHARS} in tests/test_output_width.py"
+        f"than BOXED_CHARS = {BOXED_CHARS} in booktools/pages.py"

@@ -1,6 +1,6 @@
 """The built book as a reader meets it (issue 34), read from _build/html without a browser.
 
-- No code cell the reader sees has more than MAX_LINES lines: a cell whose input is folded
+- No code cell the reader sees has more than WALL_LINES lines: a cell whose input is folded
   (tag hide-input: a <details> around it) or removed does not count.
 - Every chapter shows a figure before its first display equation, and opens with a
   "You will be able to" box.
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
+from booktools.pages import WALL_LINES
+
 HTML = Path(__file__).resolve().parents[2] / "_build" / "html"
-MAX_LINES = 40
 REFERENCE = {"formulas", "glossary"}  # the Reference part: looked up, not read in order
 
 
@@ -28,14 +29,14 @@ def soup(page: Path) -> BeautifulSoup:
 
 
 def walls(doc: BeautifulSoup) -> list[str]:
-    """The code cells a reader sees unfolded that are longer than MAX_LINES lines."""
+    """The code cells a reader sees unfolded that are longer than WALL_LINES lines."""
     found = []
     for cell in doc.select("div.cell_input"):
         if cell.find_parent("details"):
             continue  # folded: the reader opens it on purpose
         pre = cell.find("pre")
         lines = pre.get_text().rstrip("\n").split("\n") if pre else []
-        if len(lines) > MAX_LINES:
+        if len(lines) > WALL_LINES:
             found.append(f"{len(lines)} lines: {lines[0][:60]!r}")
     return found
 
@@ -81,7 +82,7 @@ def uncaptioned_plots(doc: BeautifulSoup) -> list[str]:
 @pytest.mark.parametrize("page", pages("chapters") + pages("labs") + [HTML / "intro.html"],
                          ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_no_visible_code_cell_is_a_wall(page):
-    assert walls(soup(page)) == [], f"{page.name}: code cells longer than {MAX_LINES} lines shown unfolded"
+    assert walls(soup(page)) == [], f"{page.name}: code cells longer than {WALL_LINES} lines shown unfolded"
 
 
 @pytest.mark.parametrize("page", [p for p in pages("chapters") if p.stem not in REFERENCE],
@@ -98,7 +99,7 @@ def test_every_lab_plot_has_a_caption(page):
 
 
 def test_the_rules_catch_what_they_look_for():
-    wall = "\n".join(f"x = {i}" for i in range(MAX_LINES + 1))
+    wall = "\n".join(f"x = {i}" for i in range(WALL_LINES + 1))
     bad = BeautifulSoup(f"""<article><h1>T</h1><div class="math">$$x$$</div><figure><img src="a.png"></figure>
         <h2>S</h2><div class="admonition"><p>You will be able to</p></div>
         <div class="cell"><div class="cell_input"><pre>{wall}</pre></div>

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FLOAT = r"(-?\d+\.\d+(?:e[-+]?\d+)?)"
 # Ranks' lines may arrive glued together when several processes share one pipe.
 LINE = re.compile(r"rank (\d+)/(\d+) local_rank (\d+) node (\S+) weights ([0-9a-f]{16}) sums " + FLOAT + " " + FLOAT)

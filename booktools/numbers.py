@@ -3,7 +3,8 @@
 A number in prose is either computed (a chapter glues it: {glue:text}`name`), or it is not a
 quantity at all. What is not a quantity is recognised by rule (`structural`), never by value:
   - not prose: code, math ($...$, $$, {math}), inline code, roles ({glue}, {ref}, {term}, ...),
-    directive options, labels, link targets, HTML tags, headings and References sections;
+    directive options, labels, link targets, HTML tags, headings, the {glossary} and References
+    sections (booktools.pages gives the prose; `prose_lines` takes out the rest);
   - a name: digits joined to letters (fp16, H100, ZeRO-1, x86_64), a version after a product
     name (torch 2.13, NCCL 2.10), a citation year (Goyal et al. 2017, Hockney (1994)), an
     identifier after its noun (rank 0, GPU 0, Lab 4, stage 3, exercise 2, ranks 0 and 1), a
@@ -12,10 +13,11 @@ quantity at all. What is not a quantity is recognised by rule (`structural`), ne
     (2(p − 1)/p · n, 1 − q, s−0.5, 2n). An equals sign does not join: "p = 8" is an input
     the prose restates, and must be glued.
 
-Everything else must be glued, tied to its constant (`TIED`, for lab markdown, which cannot glue:
-JupyterLab shows a {glue} role raw), or sit on the short `ALLOWED` list with its reason. A lab
-states no run time of its own ("About N minutes", `LAB_TIME`): a rerun a few seconds longer
-would flip its rounding. The landing page glues each lab's time from lab_times.json.
+Everything else must be glued, tied to its constant (lab markdown cannot glue: JupyterLab shows
+a {glue} role raw, so a lab ties the phrase to an expression in its facts, booktools.labs
+`Lab.tied`), or sit on the short `ALLOWED` list with its reason. A lab states no run time of
+its own ("About N minutes", `LAB_TIME`): a rerun a few seconds longer would flip its rounding.
+The landing page glues each lab's time from lab_times.json.
 
 Code comments (the labs' code cells and the chapters' code-cell blocks) follow the same rules, and
 two more: a numbered step ("# 1. ...") and a man page's section (sbatch(1)) are names, and a comment
@@ -23,7 +25,7 @@ may restate a literal of its own cell ("# a 100 MB gradient" beside `100e6`), so
 code flags the comment. A measurement typed into a comment (a band's record, a broken variant's
 value) goes to benchmarks/results/ or to the test that shows it, and the comment points there.
 
-Run `python tests/prose_numbers.py [PATH ...]` to list the untreated numbers of some pages.
+    python -m booktools.numbers [PATH ...]    # the untreated numbers of some pages (default: all)
 """
 from __future__ import annotations
 
@@ -37,10 +39,10 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from booktools.labs import facts, labs
+from booktools.pages import ROOT, Line, Page, on_disk, page_at
 
-FENCE = re.compile(r"^(\s*)(`{3,}|~{3,}|:{3,})\s*(.*)$")
-CODE_INFOS = ("{code-cell}", "{code-block}", "{code}", "{literalinclude}", "{math}", "{glossary}")
+NOT_PROSE = ("glossary",)  # directives whose text is no prose here, beside the verbatim ones (math)
 ROLE = re.compile(r"\{[\w:-]+\}`[^`]*`")
 SUP = re.compile(r"<sup>([^<]*)</sup>")
 SUB = re.compile(r"<sub>[^<]*</sub>")
@@ -80,24 +82,25 @@ class Found:
 # never belongs here, and an input belongs here only when no code holds it.
 ALLOWED: list[tuple[str, str, str]] = []
 
-# Lab markdown cannot glue (JupyterLab would show the role raw), so a number it restates is tied
-# to the constant it restates: (lab, the phrase, an expression over labcode that must be True).
-TIED: list[tuple[str, str, str]] = [
-    ("labs/01_single_device.ipynb", r"784-256-128-64-10", "models.MNIST_MLP == (784, 256, 128, 64, 10)"),
-    ("labs/06_transformer_ddp.ipynb", r"d = 512, w = 4000 warm-up steps and trained for 100,000 steps",
-     "transformer.PAPER_D_MODEL == 512 and transformer.PAPER_WARMUP == 4000 and transformer.PAPER_STEPS == 100_000"),
-    ("labs/07_sharding.ipynb", r"the 80 GB of an H100", "sharding.GPU_BYTES == 80e9"),
-]
+
+def tied(page: Page) -> list[tuple[str, str]]:
+    """(phrase, expression) of each number a lab's prose restates from code (its facts' "tied")."""
+    return list(facts(page.path).tied) if page.is_lab else []
 
 
-def lab_minutes(lab: str) -> float:
+def every_tied(root: Path = ROOT) -> list[tuple[str, str, str]]:
+    """(lab's file, phrase, expression) of every lab's tied numbers, in reading order."""
+    return [(f"labs/{lab.name}", phrase, expression) for lab in labs(root) for phrase, expression in lab.tied]
+
+
+def lab_minutes(lab: str, root: Path = ROOT) -> float:
     """Minutes the lab took when its outputs were last stored (benchmarks/results/lab_times.json)."""
-    times = json.loads((ROOT / "benchmarks" / "results" / "lab_times.json").read_text())
+    times = json.loads((root / "benchmarks" / "results" / "lab_times.json").read_text())
     return times["labs"][lab] / 60
 
 
 def evaluate(expression: str):
-    """Evaluate a TIED expression with math, the labcode modules and lab_minutes in scope."""
+    """Evaluate a tied expression with math, the labcode modules and lab_minutes in scope."""
     import importlib
 
     import dplab.models
@@ -105,53 +108,13 @@ def evaluate(expression: str):
     scope = {"math": math, "lab_minutes": lab_minutes, "models": dplab.models}
     for name in ("allreduce", "costmodel", "overlap", "sharding", "stragglers", "transformer"):
         scope[name] = importlib.import_module(f"labcode.{name}")
-    return eval(expression, scope)  # noqa: S307 (expressions written in this file)
+    return eval(expression, scope)  # noqa: S307 (expressions of the labs' own metadata)
 
 
-def pages() -> list[Path]:
-    return sorted((ROOT / "chapters").glob("*.md")) + [ROOT / "intro.md"] + sorted((ROOT / "labs").glob("*.ipynb"))
-
-
-def prose_lines(path: Path) -> list[tuple[int, str]]:
-    """(line number, text) of every prose line of a page; a lab's markdown cells count as one text."""
-    if path.suffix == ".ipynb":
-        cells = json.loads(path.read_text())["cells"]
-        text = "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    else:
-        text = path.read_text()
-    lines = text.split("\n")
-    out, stack, in_math, in_refs = [], [], False, False
-    start = 0
-    if lines and lines[0] == "---":  # front matter
-        start = lines.index("---", 1) + 1
-    for number, line in enumerate(lines[start:], start + 1):
-        stripped = line.strip()
-        m = FENCE.match(line)
-        top = stack[-1] if stack else None
-        if top and m and not m.group(3) and m.group(2)[0] == top[0][0] and len(m.group(2)) >= len(top[0]):
-            stack.pop()
-            continue
-        if top and top[1]:  # inside code
-            continue
-        if m:
-            info = m.group(3).strip()
-            is_code = m.group(2)[0] != ":" and not info.startswith("{") or info.split("}")[0] + "}" in CODE_INFOS
-            stack.append((m.group(2), is_code))
-            continue
-        if stripped.startswith("$$"):
-            in_math = not (in_math or stripped.count("$$") >= 2 and len(stripped) > 2)
-            continue
-        if in_math:
-            continue
-        if re.match(r"^#+\s", stripped):
-            in_refs = bool(re.match(r"^#+\s+(References|Further reading|Bibliography)", stripped))
-            continue
-        if in_refs or re.match(r"^:[\w-]+:", stripped) or re.match(r"^\(?[\w-]+\)=$", stripped):
-            continue
-        if stack and re.match(r"^[\w-]+: ", stripped):  # a directive's options in a --- block
-            continue
-        out.append((number, line))
-    return out
+def prose_lines(page: Page) -> list[Line]:
+    """The lines of a page's prose that may hold numbers: no headings, no {glossary}."""
+    return [line for line in page.prose if not line.heading
+            and not any(f.name in NOT_PROSE for f in line.fences)]
 
 
 def clean(line: str) -> str:
@@ -201,45 +164,48 @@ LAB_TIME_ERROR = ("a lab states no run time of its own (a rerun would flip its r
                   "page glues each lab's time from benchmarks/results/lab_times.json")
 
 
-def allowed_spans(path: Path, line: str) -> list[tuple[int, int]]:
+def allowances(page: Page) -> list[str]:
+    """The phrases whose numbers the page may state: its ALLOWED ones, and a lab's tied ones."""
+    return [phrase for pattern, phrase, _ in ALLOWED if Path(page.file).match(pattern)] \
+        + [phrase for phrase, _ in tied(page)]
+
+
+def allowed_spans(phrases: list[str], line: str) -> list[tuple[int, int]]:
     """Where on the line numbers are allowed or tied (the spans of the matching phrases)."""
-    rel = path.relative_to(ROOT)
-    spans = [m.span() for rules in (ALLOWED, TIED) for entry in rules if rel.match(entry[0])
-             for m in re.finditer(entry[1], line)]
-    return spans
+    return [m.span() for phrase in phrases for m in re.finditer(phrase, line)]
 
 
-def typed_numbers(paths: list[Path] | None = None) -> list[Found]:
+def where(page: Page, line: Line) -> str:
+    """How a finding names its page: "chapters/ddp.md", or "labs/04_ddp.ipynb cell 3"."""
+    return f"{page.file} cell {line.cell}" if page.is_lab else page.file
+
+
+def chosen_pages(paths: list[Path] | None, root: Path) -> list[Page]:
+    """The pages of `paths` (files of the book at `root`), or every page of it."""
+    return [page_at(p, root) for p in paths] if paths else on_disk(root)
+
+
+def typed_numbers(paths: list[Path] | None = None, root: Path = ROOT) -> list[Found]:
     """Every number in the prose of `paths` (default: every page) that is neither structural nor allowed."""
     found = []
-    for path in paths or pages():
-        rel = str(path.relative_to(ROOT))
-        for number, line in prose_lines(path):
-            text = clean(line)
-            if path.suffix == ".ipynb" and LAB_TIME.search(line):
-                found.append(Found(rel, number, LAB_TIME.search(line).group(0), LAB_TIME_ERROR))
-            spans = allowed_spans(path, line)
+    for page in chosen_pages(paths, root):
+        phrases = allowances(page)
+        for line in prose_lines(page):
+            text, at = clean(line.text), where(page, line)
+            if page.is_lab and LAB_TIME.search(line.text):
+                found.append(Found(at, line.number, LAB_TIME.search(line.text).group(0), LAB_TIME_ERROR))
+            spans = allowed_spans(phrases, line.text)
             for m in NUMBER.finditer(text):
                 if structural(text, m.start(), m.end()):
                     continue
                 if any(a <= m.start() and m.end() <= b for a, b in spans):
                     continue
-                found.append(Found(rel, number, m.group(1), line.strip()))
+                found.append(Found(at, line.number, m.group(1), line.text.strip()))
     return found
 
 
 # A literal in the code that a comment restates in a unit: 100 MB for 100e6, 1 GiB for 2**30, 5 % for 0.05.
 SCALES = (1, 1e3, 1e6, 1e9, 1e12, 2**10, 2**20, 2**30, 1e-2, 1e-3, 1e-6)
-
-
-def code_cells(path: Path) -> list[tuple[str, str]]:
-    """(where, source) of every code cell of a lab, or code-cell block of a chapter."""
-    text = path.read_text()
-    if path.suffix == ".ipynb":
-        return [(f"cell {i}", "".join(c["source"])) for i, c in enumerate(json.loads(text)["cells"])
-                if c["cell_type"] == "code"]
-    return [(f"line {text[:m.start()].count(chr(10)) + 1}", m.group(1))
-            for m in re.finditer(r"^```\{code-cell\}[^\n]*\n(.*?)^```", text, re.S | re.M)]
 
 
 def python_tokens(source: str) -> list[tokenize.TokenInfo]:
@@ -259,14 +225,13 @@ def value(number: str) -> float | None:
         return None
 
 
-def typed_comment_numbers(paths: list[Path] | None = None) -> list[Found]:
+def typed_comment_numbers(paths: list[Path] | None = None, root: Path = ROOT) -> list[Found]:
     """Every number in the code comments of `paths` (default: every page) that is neither structural,
     nor a step's or man section's number, nor a literal of its own cell restated."""
     found = []
-    for path in paths or pages():
-        rel = str(path.relative_to(ROOT))
-        for where, source in code_cells(path):
-            tokens = python_tokens(source)
+    for page in chosen_pages(paths, root):
+        for cell in page.code_cells:
+            tokens = python_tokens(cell.source)
             numbers = [(i, float(ast.literal_eval(t.string))) for i, t in enumerate(tokens)
                        if t.type == tokenize.NUMBER]
             literals = {x for _, x in numbers}
@@ -287,13 +252,19 @@ def typed_comment_numbers(paths: list[Path] | None = None) -> list[Found]:
                     v = value(m.group(1))
                     if v is not None and any(math.isclose(v * s, lit, rel_tol=1e-9) for s in SCALES for lit in literals):
                         continue
-                    found.append(Found(f"{rel} {where}", t.start[0], m.group(1), t.string.strip()))
+                    found.append(Found(f"{page.file} {cell.where}", t.start[0], m.group(1), t.string.strip()))
     return found
 
 
-if __name__ == "__main__":
-    targets = [Path(a).resolve() for a in sys.argv[1:]] or None
+def main(argv: list[str] | None = None) -> int:
+    """List the typed numbers of the pages named (default: every page)."""
+    targets = [Path(a).resolve() for a in (sys.argv[1:] if argv is None else argv)] or None
     result = typed_numbers(targets) + typed_comment_numbers(targets)
     for f in result:
         print(f)
     print(f"{len(result)} typed numbers", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
