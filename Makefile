@@ -47,79 +47,72 @@ test: test-kit test-labs test-book test-browser
 # Labs and kit tests run with the defaults (4 engines, automatic backend), whatever the shell sets:
 # every DPLAB_* variable in make's environment is removed (no list of settings to keep up to date).
 UNSET_DPLAB := env $(foreach v,$(filter DPLAB_%,$(.VARIABLES)),-u $(v))
-# nbval compares every stored output; tests/nbval_sanitize.cfg masks the floats that depend on summation order.
-NBVAL := $(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-env --nbval-cell-timeout=900 \
-	--nbval-sanitize-with tests/nbval_sanitize.cfg
-# Another CPU, simulated: ATen's scalar kernels, MKL's compatible code path, 1 thread in the notebook
-# and 2 per engine. Each changes float results (tests/test_portability.py checks that it still does).
-OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 DPLAB_THREADS=2
 
 test-kit: setup
 	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/browser --ignore=tests/hub --ignore=tests/hub_slurm \
 		--ignore=tests/student --ignore=tests/nbgrader tests
 
-# The stored outputs are the CPU's ("device cpu", bf16 autocast, ...): on a GPU machine the nbval
-# passes still run on the CPU, and `make test-gpu` checks the GPU.
-test-labs: setup
-	$(UNSET_DPLAB) DPLAB_DEVICE=cpu $(NBVAL) labs
+# The labs under conditions (python -m booktools.run): one pass per word of ON, each a comma-joined
+# set of conditions (booktools/conditions.py): make test-labs ON=p=3,busy, ON="p=1 p=3". By default
+# the nbval pass: every lab, every stored output compared (tests/nbval_sanitize.cfg masks the floats
+# that depend on summation order), on the CPU whatever the machine has (the stored outputs are the
+# CPU's: make test-gpu checks the GPU). A pass whose conditions change the outputs runs every lab,
+# asserts only. LABS=02,06 or LABS=timing picks labs; TIMEOUT= bounds each pass (s); LOG= gets
+# every line as it comes, RECORD= each pass's verdict. ON=gpu,offline needs no venv (run.sh).
+ON ?=
+LABS ?=
+GPU_OFFLINE := $(findstring offline,$(ON))
+test-labs: $(if $(GPU_OFFLINE),,venv)
+	$(if $(GPU_OFFLINE),LIMIT=$(or $(TIMEOUT),$(GPU_LIMIT)) WHL=$(GPU_WHEELS) bash tools/gpu_offline/run.sh,$(UNSET_DPLAB) \
+		$(BIN)/python -m booktools.run --on "$(or $(ON),quiet)" $(if $(LABS),--labs $(LABS)) \
+		$(if $(TIMEOUT),--timeout $(TIMEOUT)) $(if $(LOG),--log $(LOG)) $(if $(RECORD),--record $(RECORD)))
 
-# The same stored outputs must pass on the simulated other CPU, with one core kept busy by
-# another process the whole time (a neighbour on a shared node): make test-load's "busy".
-test-labs-other-cpu: setup
-	$(UNSET_DPLAB) DPLAB_DEVICE=cpu $(OTHER_CPU) $(BIN)/python tools/busy_core.py $(NBVAL) labs
+# The old targets, each a make test-labs ON=...:
+# the stored outputs on the simulated other CPU, beside one core kept busy (a neighbour on a shared node);
+test-labs-other-cpu:
+	$(MAKE) --no-print-directory test-labs ON=other-cpu,busy
 
-# Every lab, every cell, with its asserts and the nbval comparison of its stored outputs, on another
-# release of torch (PyPI's build, installed once into .torch/X.Y.Z/ beside the venv and put first on
-# PYTHONPATH for the kernels and their engines). ON=other-cpu runs it as test-labs-other-cpu does;
-# ON=two-learners beside a second learner who runs every lab at p = 3 at the same time, asserts
-# only, on the same torch, as make test-load's "two" does (tools/second_learner.py; both must
-# pass): that learner is also make test-any-p's p = 3.
-# RECORD=1 puts the verdict in benchmarks/results/test_torch.txt, which the intro page shows.
-# A TORCH that is not a supported release stops before anything is installed.
-TORCH ?=
-ON ?= this-cpu
-TORCH_ON := this-cpu other-cpu two-learners
-test-torch: venv
-	@[ -n "$(TORCH)" ] || { echo "make test-torch: name a release, make test-torch TORCH=2.8.0" >&2; exit 2; }
-	@[ -n "$(filter $(ON),$(TORCH_ON))" ] && [ "$(words $(ON))" = 1 ] || { echo "make test-torch: ON=$(ON)?" \
-		"Use one of ON=$(subst $() , ON=,$(TORCH_ON))" >&2; exit 2; }
-	$(BIN)/python tools/torch_release.py $(TORCH)
-	mkdir -p _build
-	set -o pipefail; $(UNSET_DPLAB) PYTHONPATH=$(CURDIR)/.torch/$(TORCH) DPLAB_DEVICE=cpu \
-		$(if $(filter other-cpu,$(ON)),$(OTHER_CPU) $(BIN)/python tools/busy_core.py) \
-		$(if $(filter two-learners,$(ON)),$(BIN)/python tools/second_learner.py --engines 3 \
-			$(foreach l,$(sort $(wildcard labs/*.ipynb)),--lab $(l))) $(NBVAL) labs \
-		| tee _build/test-torch-$(TORCH)-$(ON).log; rc=$$?; \
-		[ -z "$(RECORD)" ] || $(BIN)/python tools/torch_release.py --record $(TORCH) $(ON) _build/test-torch-$(TORCH)-$(ON).log; \
-		exit $$rc
-
-# Every lab at p = 1 and p = 3, asserts only (stored outputs are those of p = 4). .ci/run runs
-# neither: make test-nbgrader runs every lab's every cell at p = 1, and make test-torch
-# ON=two-learners's second learner every lab at p = 3.
+# every lab at p = 1 and p = 3, asserts only (ANY_P="1 2" picks others; .ci/run runs neither: make
+# test-nbgrader runs every cell at p = 1, make test-torch ON=two-learners's second learner at p = 3);
 ANY_P ?= 1 3
-test-any-p: venv
-	$(UNSET_DPLAB) $(BIN)/python tools/run_labs.py $(foreach q,$(ANY_P),--setting p=$(q):DPLAB_ENGINES=$(q))
+test-any-p:
+	$(MAKE) --no-print-directory test-labs ON="$(foreach q,$(ANY_P),p=$(q))"
 
-# Every lab that times anything, asserts only, under the load of a shared machine: 3 quiet runs
-# in a row, a busy core, two learners at once (each with its own cluster), p = 2 and p = 6; a table
-# lab x condition with each timing check's value and band. LOAD="two" picks conditions (.ci/run).
-LOAD ?= quiet1 quiet2 quiet3 busy two p=2 p=6
-test-load: venv
-	$(UNSET_DPLAB) $(BIN)/python tools/load_labs.py --conditions $(LOAD)
+# every lab that times anything under the load of a shared machine: 3 quiet runs in a row, a busy
+# core, two learners at once, p = 2 and p = 6; LOAD="two busy" picks some (quiet1 still means quiet);
+LOAD ?= quiet quiet quiet busy two p=2 p=6
+test-load:
+	$(MAKE) --no-print-directory test-labs ON="$(patsubst quiet%,quiet,$(LOAD))" LABS=timing
 
-# Every lab on a GPU, asserts only: NCCL with one engine per GPU, then 4 engines sharing GPU 0 on
-# gloo, within GPU_LIMIT s; each verdict goes to _build/test_gpu.log as it comes. With no GPU it says so and
-# exits non-zero before starting anything. OFFLINE=1 (a GPU machine with no network and no venv):
-# tools/gpu_offline/run.sh, on the machine's own torch and the wheels of `make gpu-wheels`.
+# the nbval pass on another release of torch (installed once into .torch/X.Y.Z/, refused before
+# that outside the supported range): ON=other-cpu as test-labs-other-cpu, ON=two-learners beside a
+# second learner at p = 3 (make test-any-p's p = 3); RECORD=1 puts the verdict in
+# benchmarks/results/test_torch.txt, which the intro page shows;
+TORCH ?=
+TORCH_ON := this-cpu other-cpu two-learners
+TORCH_ON_NAME = $(or $(ON),this-cpu)
+TORCH_ON_this-cpu :=
+TORCH_ON_other-cpu := ,other-cpu,busy
+TORCH_ON_two-learners := ,two=3
+test-torch:
+	@[ -n "$(TORCH)" ] || { echo "make test-torch: name a release, make test-torch TORCH=2.8.0" >&2; exit 2; }
+	@[ -n "$(filter $(TORCH_ON_NAME),$(TORCH_ON))" ] && [ "$(words $(TORCH_ON_NAME))" = 1 ] || { echo \
+		"make test-torch: ON=$(ON)? Use one of ON=$(subst $() , ON=,$(TORCH_ON))" >&2; exit 2; }
+	$(MAKE) --no-print-directory test-labs ON=torch=$(TORCH)$(TORCH_ON_$(TORCH_ON_NAME)) \
+		LOG=_build/test-torch-$(TORCH)-$(TORCH_ON_NAME).log $(if $(RECORD),RECORD=benchmarks/results/test_torch.txt)
+
+# every lab on a GPU, asserts only: NCCL with one engine per GPU, then 4 engines sharing GPU 0 on
+# gloo, within GPU_LIMIT s, each verdict in _build/test_gpu.log as it comes; refused with no GPU.
+# OFFLINE=1: a GPU machine with no network and no venv (tools/gpu_offline/run.sh, on the machine's
+# own torch and the wheels of make gpu-wheels).
 GPU_LIMIT ?= 480
 GPU_WHEELS ?= .whl/gpu
+GPU_ON := gpu
 ifeq ($(OFFLINE),1)
-test-gpu:
-	LIMIT=$(GPU_LIMIT) WHL=$(GPU_WHEELS) bash tools/gpu_offline/run.sh
-else
-test-gpu: venv
-	$(UNSET_DPLAB) $(BIN)/python tools/run_labs.py --gpu --timeout $(GPU_LIMIT) --log _build/test_gpu.log
+GPU_ON := gpu,offline
 endif
+test-gpu:
+	$(MAKE) --no-print-directory test-labs ON=$(GPU_ON) TIMEOUT=$(GPU_LIMIT) LOG=_build/test_gpu.log
 
 # The wheels that test-gpu OFFLINE=1 installs, for the GPU machine's Python (GPU_PYTHON), made here
 # (network needed): requirements.txt less torch, the book's tools and what the GPU image has.
@@ -161,39 +154,44 @@ $(TEACH): requirements-teach.txt $(STAMP)
 
 # The learners' notebooks in _build/student/labs/: each solution region a stub, outputs cleared.
 student: $(TEACH)
-	$(BIN)/python tools/student.py
+	$(BIN)/python -m teach.student
 
 # Grade one learner's notebook: make grade NB=path/to/02_data_parallel_by_hand.ipynb (the
 # DPLAB_* settings of the shell apply, e.g. DPLAB_ENGINES=2); a score per check.
 grade: venv
 	@[ -n "$(NB)" ] || { echo "make grade: name the learner's notebook, make grade NB=path/to/NN_lab.ipynb" >&2; exit 2; }
-	$(BIN)/python tools/grade.py "$(NB)"
+	$(BIN)/python -m teach.grade "$(NB)"
 
 # Grade a class: make grade-class DIR=submitted (one folder per learner, named by their id).
 # Each notebook a bounded run with its own cluster, as a SLURM job where a controller answers
 # (SLURM_CONF), else one after another here; learners' code runs as an unprivileged account
 # that cannot see DIR or labs/ (needs root). grades.csv as nbgrader export writes it, and a
-# report per learner, in DIR/_grades (tools/grade_class.py; ENGINES=2 by default).
+# report per learner, in DIR/_grades (python -m teach.grade_class; ENGINES=2 by default).
 grade-class: venv
 	@[ -n "$(DIR)" ] || { echo "make grade-class: name the class's folder, make grade-class DIR=path/to/submitted" >&2; exit 2; }
-	$(UNSET_DPLAB) $(BIN)/python tools/grade_class.py "$(DIR)" --engines $(or $(ENGINES),2)
+	$(UNSET_DPLAB) $(BIN)/python -m teach.grade_class "$(DIR)" --engines $(or $(ENGINES),2)
 
-# Every lab's student notebook graded as handed out (2 engines) and with the solutions pasted back
-# (3 engines, every cell); plausible mistakes, failing and hanging ranks, bad input (tests/student).
+# What only our own grader (make grade) does, and make student's handout (tests/student): the
+# handout is each lab without its solutions; the grader's report of Lab 2's stubs and of a
+# plausible mistake; a rank that raises, dies or hangs, a dead kernel, a grader killed with
+# SIGKILL, bad input; the sandbox (as root); each solution cell alone scores exactly its checks,
+# for one lab fixed by the tree (INDEPENDENT_LABS=all or =02,06 chooses). Every lab's scores are
+# make test-nbgrader's.
 test-student: $(TEACH)
 	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider tests/student
 
-# nbgrader's own generate_assignment, autograde and export on a course made from the labs
-# (tools/course.py): every lab's release is make student's, scores 0 as handed out and full marks
-# with its solutions, every cell run at p = 1; each plausible mistake loses its check's points.
-# NBGRADER_LABS=02,03 picks labs (tests/nbgrader). About 5 min.
+# The one suite that scores every lab: nbgrader's own generate_assignment, autograde and export on
+# a course made from the labs (python -m teach.course): every lab's release is make student's,
+# scores 0 as handed out and full marks with its solutions, every cell run at p = 1; each plausible
+# mistake loses exactly its checks' points. NBGRADER_LABS=02,03 picks labs (tests/nbgrader).
+# About 5 min.
 test-nbgrader: $(TEACH)
 	$(UNSET_DPLAB) NBGRADER_LABS="$(or $(NBGRADER_LABS),all)" $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/nbgrader
 
 # The labs were just executed by nbval; the book build re-runs only the chapters' cells.
 test-book: setup
 	mkdir -p _build
-	$(BIN)/python tools/book_config.py _config.yml _build/_config_test.yml
+	$(BIN)/python -m booktools.bookconfig _config.yml _build/_config_test.yml
 	$(BIN)/jupyter-book build -W -n --keep-going --config _build/_config_test.yml .
 
 # Every page of _build/html in headless Chromium at 1280 x 800 (tests/browser): math rendered by
@@ -217,8 +215,8 @@ jupyter: $(JUPYTER)
 
 # Re-execute every lab, store its outputs, and export what the labs teach to labcode/.
 labs: setup
-	$(UNSET_DPLAB) $(BIN)/python tools/execute_labs.py labs/*.ipynb
-	$(BIN)/python tools/export_labs.py
+	$(UNSET_DPLAB) $(BIN)/python -m booktools.store labs/*.ipynb
+	$(BIN)/python -m booktools.export
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py

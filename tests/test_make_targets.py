@@ -6,11 +6,17 @@ from pathlib import Path
 
 import pytest
 
+from booktools.run import ANY_P
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def dry_run(target: str, tmp_path) -> str:
-    out = subprocess.run(["make", "-n", target, f"VENV={tmp_path / 'fresh-venv'}"], cwd=ROOT,
+    return dry_run_with(target, [], tmp_path)
+
+
+def dry_run_with(target: str, args: list[str], tmp_path) -> str:
+    out = subprocess.run(["make", "-n", target, *args, f"VENV={tmp_path / 'fresh-venv'}"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -27,10 +33,38 @@ def test_the_book_still_installs_mathjax(tmp_path):
     assert "npm install" in dry_run("book", tmp_path)
 
 
-@pytest.mark.parametrize("target", ["test-labs", "test-labs-other-cpu"])
-def test_nbval_passes_run_on_the_cpu_whatever_the_machine_has(target, tmp_path):
-    nbval = next(line for line in dry_run(target, tmp_path).splitlines() if "--nbval" in line)
-    assert "DPLAB_DEVICE=cpu" in nbval, "on a GPU machine the labs would pick CUDA and print other outputs"
+@pytest.mark.parametrize("target, on", [("test-labs", "quiet"), ("test-labs-other-cpu", "other-cpu,busy")])
+def test_nbval_passes_run_on_the_cpu_whatever_the_machine_has(target, on, tmp_path, capsys, monkeypatch):
+    from booktools.run import main
+
+    assert f'-m booktools.run --on "{on}" ' in dry_run(target, tmp_path)
+    monkeypatch.setenv("DPLAB_DEVICE", "cuda")
+    assert main(["--plan", "--on", on, "--labs", "00"]) == 0
+    plan = capsys.readouterr().out
+    assert "nbval over" in plan and "DPLAB_DEVICE=cpu" in plan, \
+        "on a GPU machine the labs would pick CUDA and print other outputs"
+
+
+@pytest.mark.parametrize("target, args, on", [
+    ("test-labs-other-cpu", [], 'other-cpu,busy"'),
+    ("test-any-p", [], f'{ANY_P}"'),  # the passes the intro page names
+    ("test-any-p", ["ANY_P=2 5"], 'p=2 p=5"'),
+    ("test-load", [], 'quiet quiet quiet busy two p=2 p=6" --labs timing'),
+    ("test-load", ["LOAD=quiet1 two"], 'quiet two" --labs timing'),
+    ("test-gpu", [], 'gpu" --timeout 480 --log _build/test_gpu.log'),
+    ("test-torch", ["TORCH=2.8.0", "ON=other-cpu", "RECORD=1"],
+     'torch=2.8.0,other-cpu,busy" --log _build/test-torch-2.8.0-other-cpu.log --record benchmarks/results/test_torch.txt'),
+])
+def test_the_old_targets_are_passes_of_test_labs(target, args, on, tmp_path):
+    recipe = dry_run_with(target, args, tmp_path)
+    assert "test-labs ON=" in recipe, f"make {target} is no longer an alias of make test-labs"
+    assert f'-m booktools.run --on "{on}' in " ".join(recipe.split()), recipe
+
+
+def test_test_gpu_offline_needs_no_venv(tmp_path):
+    out = dry_run_with("test-gpu", ["OFFLINE=1"], tmp_path)
+    assert "bash tools/gpu_offline/run.sh" in out and "LIMIT=480" in out
+    assert "pip install" not in out and "-m venv" not in out, "a GPU machine with no network has no venv"
 
 
 @pytest.mark.parametrize("target", ["student", "test-student", "test-nbgrader", "test-slurm"])

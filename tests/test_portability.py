@@ -1,4 +1,4 @@
-"""The second nbval pass really runs on another (simulated) CPU, and the sanitizer stays narrow."""
+"""The nbval pass under other-cpu really runs on another (simulated) CPU, and the sanitizer stays narrow."""
 import json
 import os
 import re
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from booktools.conditions import parse
 from dplab.cluster.settings import DEFAULT_ENGINES, Settings, threads_per_rank
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,10 +22,8 @@ PROBE = (
 
 
 def other_cpu_env() -> dict[str, str]:
-    """The OTHER_CPU assignments of the Makefile, the settings of `make test-labs-other-cpu`."""
-    line = re.search(r"^OTHER_CPU := (.*)$", (ROOT / "Makefile").read_text(), flags=re.M)
-    assert line, "the Makefile defines no OTHER_CPU"
-    return dict(a.split("=", 1) for a in line.group(1).split())
+    """What the condition other-cpu sets (make test-labs-other-cpu: ON=other-cpu,busy)."""
+    return parse("other-cpu").environment()
 
 
 def sanitize_rules() -> list[tuple[str, str]]:
@@ -64,11 +63,11 @@ CI_CORES = 2  # the box CI runs `make test` on (README, "Two commands")
 
 
 def test_other_cpu_also_changes_the_engines_thread_count():
-    """The second pass's engines get OTHER_CPU's thread count, which differs from what the kit's
+    """The other-cpu pass's engines get its thread count, which differs from what the kit's
     rule gives 4 engines on CI's box. (On an 8-11-core machine the rule gives 2 as well: there the
     second pass changes only ATen's and MKL's code paths.)"""
     threads = Settings.resolve(other_cpu_env(), p=DEFAULT_ENGINES).threads
-    assert threads is not None, "OTHER_CPU sets no DPLAB_THREADS: the engines keep their thread count"
+    assert threads is not None, "other-cpu sets no DPLAB_THREADS: the engines keep their thread count"
     default = threads_per_rank(DEFAULT_ENGINES, cores=CI_CORES)
     assert threads != default, f"on CI's {CI_CORES} cores the engines would keep their {default} thread(s)"
 

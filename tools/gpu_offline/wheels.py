@@ -53,7 +53,7 @@ def main() -> int:
     lines = (ROOT / "requirements.txt").read_text().splitlines()
     roots = [norm(re.split(r"[=<>!~; ]", line.strip())[0])
              for line in lines if line.strip() and not line.startswith("#")]
-    roots += ["nbclient", "nbformat"]  # tools/run_labs.py (ipykernel brings them in today)
+    roots += ["nbclient", "nbformat"]  # booktools.notebooks (ipykernel brings them in today)
     torch_side = closure(["torch"], set()) - {"numpy"}
     wanted = closure([r for r in roots if r not in BOOK_ONLY], torch_side | set(BOOK_ONLY) | IMAGE_HAS)
     for name in sorted(wanted):

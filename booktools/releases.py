@@ -1,0 +1,148 @@
+"""Releases of torch beside the venv (the condition `torch=X.Y.Z`), and the record of the passes
+run on each (benchmarks/results/test_torch.txt, which the intro page shows).
+
+    python -m booktools.releases 2.8.0     # installs it once, prints the folder: .torch/2.8.0
+
+A release goes into .torch/X.Y.Z/ with `pip install --target`, once (a stamp file says it is
+complete). PyPI's Linux wheel is the CUDA build: it imports and runs on a machine with no GPU,
+its NVIDIA libraries included (about 6 GB for 2.8.0). The runner puts the folder first on
+PYTHONPATH, which the notebook kernels and their engines inherit. A value that is not a release
+number, or a release outside the range the book supports (dplab.compat), is refused before
+anything is installed, with what to do.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from booktools.pages import ROOT
+from dplab.compat import check_supported
+
+FREE_GB = 10  # a CUDA build unpacks to 4-7 GB; pip also keeps the wheel while it installs
+RELEASES = ROOT / ".torch"
+RESULTS = ROOT / "benchmarks" / "results" / "test_torch.txt"
+RESULT_LINE = re.compile(r"^torch (?P<torch>\S+) on (?P<on>\S+): (?P<verdict>.+?) \| (?P<when>.+)$")
+#: The names of the records written before the runner (make test-torch's ON=), by the other
+#: conditions of their pass.
+RECORD_NAMES = {"": "this-cpu", "other-cpu,busy": "other-cpu", "two=3": "two-learners"}
+
+
+def folder(version: str) -> Path:
+    """Where the release lives: .torch/X.Y.Z/."""
+    return RELEASES / version
+
+
+def not_a_release(version: str) -> str | None:
+    """Why `version` is not a release the book supports, said with what to do; None if it is one."""
+    if not re.fullmatch(r"\d+\.\d+\.\d+", version or ""):
+        return (f"torch={version}: not a release number. Name one, such as torch=2.8.0 "
+                "(make test-torch TORCH=2.8.0; pypi.org/project/torch/#history lists them).")
+    unsupported = check_supported(version)
+    return f"torch={version}: {unsupported}" if unsupported else None
+
+
+def problem(version: str, free_bytes: int) -> str | None:
+    """Why `version` cannot be installed here, said with what to do; None if it can."""
+    why = not_a_release(version)
+    if why:
+        return why
+    if free_bytes < FREE_GB * 2**30:
+        return (f"torch={version}: it needs about {FREE_GB} GB of free disk beside the venv, and "
+                f"{free_bytes / 2**30:.1f} GB are free. Free some (rm -r .torch/ removes the releases "
+                "installed before) and run it again.")
+    return None
+
+
+def installed(version: str) -> bool:
+    return (folder(version) / ".installed").exists()
+
+
+def free_bytes() -> int:
+    """Free disk where the releases go."""
+    RELEASES.mkdir(exist_ok=True)
+    return shutil.disk_usage(RELEASES).free
+
+
+def install_command(version: str) -> tuple[list[str], dict[str, str]]:
+    """pip's command and environment for installing `version` into its folder. No pip
+    configuration file: a machine-wide one may cap torch (this CI image caps it at the release
+    that lies on its disk) or point at local wheels. PyPI decides."""
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_CONSTRAINT": ""}
+    return ([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target",
+             str(folder(version)), f"torch=={version}"], env)
+
+
+def install(version: str, say=print) -> Path:
+    """The release's folder, installed there first if it is not; SystemExit if pip fails."""
+    where = folder(version)
+    if installed(version):
+        return where
+    shutil.rmtree(where, ignore_errors=True)  # a half-finished install
+    RELEASES.mkdir(exist_ok=True)
+    cmd, env = install_command(version)
+    say(f"torch={version}: installing it into {where.relative_to(ROOT)}/")
+    if subprocess.run(cmd, env=env).returncode != 0:
+        shutil.rmtree(where, ignore_errors=True)
+        raise SystemExit(f"torch={version}: pip could not install torch=={version} (above). Is it a "
+                         "release on PyPI for this Python (pypi.org/project/torch/#history), and is "
+                         "PyPI reachable?")
+    (where / ".installed").touch()
+    return where
+
+
+def imported_version(version: str) -> str:
+    """The torch that Python imports with the release first on PYTHONPATH; SystemExit if it is
+    not that release."""
+    where = folder(version)
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
+                         env={**os.environ, "PYTHONPATH": str(where)}, capture_output=True, text=True)
+    found = out.stdout.strip()
+    if out.returncode != 0 or found.split("+")[0] != version:
+        raise SystemExit(f"torch={version}: {where} does not give torch {version} (got "
+                         f"{found or out.stderr[-500:]}); remove it (rm -r {where}) and run again.")
+    return found
+
+
+def record_name(others: list[str]) -> str:
+    """How the record names a pass by its conditions other than torch=: 'other-cpu'."""
+    spec = ",".join(others)
+    return RECORD_NAMES.get(spec, spec)
+
+
+def record(version: str, on: str, verdict: str, results: Path = RESULTS) -> str:
+    """Put the verdict of a pass on torch `version` in `results`, replacing the line of an earlier
+    run of the same release and conditions; the line."""
+    from datetime import datetime, timezone
+
+    from dplab.timing import machine
+
+    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    line = f"torch {version} on {on}: {verdict} | {datetime.now(timezone.utc):%Y-%m-%d}, {machine()}, {found.stdout.strip()}"
+    kept = [old for old in (results.read_text().splitlines() if results.exists() else [])
+            if not ((m := RESULT_LINE.match(old)) and (m["torch"], m["on"]) == (version, on))]
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text("\n".join(kept + [line]) + "\n")
+    return line
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m booktools.releases X.Y.Z (the runner's condition torch=X.Y.Z installs "
+              "it by itself)", file=sys.stderr)
+        return 2
+    version = argv[0]
+    why = not_a_release(version) or (None if installed(version) else problem(version, free_bytes()))
+    if why:
+        print(why, file=sys.stderr)
+        return 2
+    install(version)
+    print(f"torch {imported_version(version)}, from {folder(version).relative_to(ROOT)}/", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,120 @@
+"""booktools.releases and the condition torch=X.Y.Z (make test-torch TORCH=X.Y.Z): a bad or
+unsupported release is refused before anything is installed, with what to do; a good one goes
+into .torch/X.Y.Z/ and first on PYTHONPATH for the nbval pass; its verdict is recorded in the
+format the intro page reads."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from booktools import releases
+from booktools.conditions import Refused, parse
+from booktools.learners import Row
+from booktools.run import Outcome, main, record
+
+ROOT = Path(__file__).resolve().parent.parent
+ROOM = 100 * 2**30
+
+
+@pytest.mark.parametrize("value, says", [
+    ("", "not a release number"), ("2.8", "not a release number"), ("latest", "not a release number"),
+    ("2.8.0+cu128", "not a release number"), ("2.7.1", "older than the book supports"),
+    ("2.16.0", "newer than the book has been checked on"),
+])
+def test_bad_or_unsupported_torch_is_refused_with_what_to_do(value, says):
+    why = releases.problem(value, ROOM)
+    assert why is not None and says in why, why
+    with pytest.raises(Refused, match=says):
+        parse(f"torch={value}")
+
+
+def test_supported_releases_pass_and_a_full_disk_is_refused():
+    assert releases.problem("2.8.0", ROOM) is None
+    assert releases.problem("2.15.0", ROOM) is None
+    assert "free disk" in releases.problem("2.15.0", 2**30)
+
+
+@pytest.mark.parametrize("value", ["2.7.1", "abc", ""])
+def test_make_refuses_before_installing_anything(value, tmp_path):
+    out = subprocess.run(["make", "test-torch", f"TORCH={value}"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode != 0
+    assert (f"torch={value}:" if value else "make test-torch:") in out.stderr, out.stderr
+    assert "installing" not in out.stdout and "nbval over" not in out.stdout
+    assert not (ROOT / ".torch" / value).exists() or value == ""
+
+
+def test_the_nbval_pass_puts_that_torch_first_on_pythonpath(tmp_path, capsys):
+    for on, spec in (("this-cpu", "torch=2.8.0"), ("other-cpu", "torch=2.8.0,other-cpu,busy"),
+                     ("two-learners", "torch=2.8.0,two=3")):
+        out = subprocess.run(["make", "-n", "test-torch", "TORCH=2.8.0", f"ON={on}",
+                              f"VENV={tmp_path / 'fresh-venv'}"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert f'-m booktools.run --on "{spec}" ' in out.stdout, out.stdout
+    assert main(["--plan", "--on", "torch=2.8.0,other-cpu,busy torch=2.8.0,two=3", "--labs", "00"]) == 0
+    other, two = capsys.readouterr().out.split("\ntorch=2.8.0,two=3: ")
+    for said in (other, two):
+        assert "nbval over" in said and "DPLAB_DEVICE=cpu" in said
+        assert f"PYTHONPATH={ROOT}/.torch/2.8.0" in said, said
+    assert "ATEN_CPU_CAPABILITY=default" in other and "busy:" in other and "second learner" in two
+
+
+def test_the_install_puts_the_release_in_its_own_folder_past_any_pip_configuration(monkeypatch, tmp_path):
+    cmd, env = releases.install_command("2.8.0")
+    assert cmd[-3:] == ["--target", str(ROOT / ".torch" / "2.8.0"), "torch==2.8.0"], cmd
+    assert env["PIP_CONFIG_FILE"] == os.devnull and env["PIP_CONSTRAINT"] == ""
+    # a pip that fails leaves no half-installed folder behind, and says what to check
+    monkeypatch.setattr(releases, "RELEASES", tmp_path)
+    monkeypatch.setattr(releases, "ROOT", tmp_path)
+    monkeypatch.setattr(releases, "install_command", lambda version: ([sys.executable, "-c", (
+        f"import os, sys; os.makedirs({str(tmp_path / '2.8.0' / 'torch')!r}); sys.exit(1)")], dict(os.environ)))
+    with pytest.raises(SystemExit, match="pip could not install torch==2.8.0"):
+        releases.install("2.8.0", say=lambda line: None)
+    assert not (tmp_path / "2.8.0").exists() and not releases.installed("2.8.0")
+
+
+def test_the_readme_states_the_supported_range():
+    from dplab.compat import SUPPORTED, supported_range
+
+    low, newest = supported_range()
+    readme = (ROOT / "README.md").read_text()
+    assert f"The labs support torch {low} to {newest}" in readme and f"`{SUPPORTED}`" in readme
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "supported_range()" in ci, ".ci/run must take the lowest and newest from dplab.compat"
+
+
+def test_the_recorded_verdict_is_nbvals_and_the_second_learners(tmp_path):
+    results = tmp_path / "test_torch.txt"
+    learner = [Row("04_ddp.ipynb", "x: second learner", "ok (40 s)"),
+               Row("07_sharding.ipynb", "x: second learner", "FAIL code cell 3: AssertionError")]
+    outcome = Outcome(learner, False, "293 passed in 310.44s (0:05:10); second learner: 1 passed, 1 failed "
+                      "(07_sharding.ipynb)")
+    record(parse("torch=2.15.0,two=3"), outcome, results)
+    m = releases.RESULT_LINE.match(results.read_text().splitlines()[0])
+    assert (m["torch"], m["on"]) == ("2.15.0", "two-learners")
+    assert m["verdict"] == ("293 passed in 310.44s (0:05:10); "
+                            "second learner: 1 passed, 1 failed (07_sharding.ipynb)"), m["verdict"]
+    record(parse("torch=2.8.0,other-cpu,busy"), Outcome([], False, "1 failed, 292 passed in 300.00s"), results)
+    record(parse("torch=2.8.0,other-cpu,busy"), Outcome([], True, "293 passed in 300.00s"), results)
+    lines = results.read_text().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("torch 2.8.0 on other-cpu: 293 passed in 300.00s | "), lines
+
+
+def test_the_runner_reads_nbvals_verdict_line():
+    from booktools.run import SUMMARY
+
+    assert SUMMARY.search("=================== 293 passed in 310.44s (0:05:10) ===================")
+    assert SUMMARY.search("\x1b[31m1 failed, 292 passed in 300.00s\x1b[0m")
+    assert not SUMMARY.search("second learner: 7 passed, 1 failed (07_sharding.ipynb)")
+
+
+def test_the_book_build_leaves_out_the_installed_releases_and_wheels():
+    # Without it, make test-book after make test-torch read the READMEs of torch's NVIDIA
+    # libraries in .torch/ as pages, and -W failed on their headings.
+    import yaml
+
+    excluded = yaml.safe_load((ROOT / "_config.yml").read_text())["exclude_patterns"]
+    assert ".torch" in excluded and ".whl" in excluded, excluded
