@@ -129,8 +129,8 @@ def timing_arguments(ap, ranks: int | tuple[int, ...], argv=None, repeats: int =
 
 
 #: Where `in_band` keeps each timing check's last measured value and band, relative to the
-#: lab's folder, when its artifacts/ exists (a lab's, not a test's); `make test-load`
-#: (tools/load_labs.py) reads it after each run of a lab.
+#: lab's folder, when its artifacts/ exists (a lab's, not a test's); the lab runner
+#: (booktools.run: make test-labs, make test-load) reads it after each run of a lab.
 BANDS_FILE = Path("artifacts") / "timing_bands.json"
 
 

@@ -9,6 +9,6 @@ toc=_build/toc_$name.yml
 mkdir -p _build
 
 { echo "format: jb-book"; echo "root: intro"; echo "chapters:"; for p in "$@"; do echo "  - file: $p"; done; } > "$toc"
-.venv/bin/python tools/book_config.py _config.yml "_build/_config_$name.yml"
+.venv/bin/python -m booktools.bookconfig _config.yml "_build/_config_$name.yml"
 PATH="$PWD/.venv/bin:$PATH" .venv/bin/jupyter-book build -W -n --keep-going \
   --config "_build/_config_$name.yml" --toc "$toc" --path-output "_build/check_$name" .

@@ -17,8 +17,8 @@ README's and `help(dplab.start_cluster)` are written from those fields (`describ
   `DPLAB_MNIST` with it on whichever process loads the data (the engines inherit the kernel's
   environment, so nothing hands it to them).
 
-No other module reads a `DPLAB_*` variable (tests/test_layout.py scans the repository for
-it). The resolved object is passed whole: to the launchers, to the engines
+No other module reads a `DPLAB_*` variable (tests/test_settings_reads.py scans the repository
+for it). The resolved object is passed whole: to the launchers, to the engines
 (`dplab.cluster.engine.setup`, so it pickles), to the watch and to MPI jobs.
 
 The backend policy, in one place (`choose_backend`): NCCL when every rank owns a GPU, else

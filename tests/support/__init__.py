@@ -10,6 +10,6 @@ test module imports another, and none edits sys.path):
 - browser: Debian's headless Chromium, and a folder served on loopback
 - hub, slurm_hub, jupyterlab: a test JupyterHub, its SLURM variant, a learner in JupyterLab
 - grading: learners' notebooks for the grading tests (handed out, solved, with a mistake)
-- pages: MyST fences, includes and box widths, and the code of every page, for the page rules
-- prose_numbers: the numbers typed by hand in the book's prose
+
+The page model and the numbers in prose are booktools' (booktools.pages, booktools.numbers).
 """
