@@ -14,7 +14,7 @@ TEACH := $(VENV)/.teach-installed
 export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup venv book test test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-torch test-slurm \
+.PHONY: setup venv book test test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-torch test-torch-all test-slurm \
 	test-hub test-hub-slurm test-load student grade grade-class test-student test-nbgrader bench bench-nodes bench-big labs jupyter clean
 
 setup: $(STAMP) $(MATHJAX)
@@ -100,6 +100,13 @@ test-torch:
 		"make test-torch: ON=$(ON)? Use one of ON=$(subst $() , ON=,$(TORCH_ON))" >&2; exit 2; }
 	$(MAKE) --no-print-directory test-labs ON=torch=$(TORCH)$(TORCH_ON_$(TORCH_ON_NAME)) \
 		LOG=_build/test-torch-$(TORCH)-$(TORCH_ON_NAME).log $(if $(RECORD),RECORD=benchmarks/results/test_torch.txt)
+
+# The whole supported range: the nbval pass on the newest patch of every minor release
+# (booktools.releases.NEWEST_PATCH), each installed once into .torch/ and kept; every verdict goes
+# to benchmarks/results/test_torch.txt. Fails if any release fails, after running them all.
+test-torch-all: venv
+	$(MAKE) --no-print-directory test-labs ON="$$($(BIN)/python -m booktools.releases --all | sed 's/[^ ]*/torch=&/g')" \
+		LOG=_build/test-torch-all.log RECORD=benchmarks/results/test_torch.txt
 
 # every lab on a GPU, asserts only: NCCL with one engine per GPU, then 4 engines sharing GPU 0 on
 # gloo, within GPU_LIMIT s, each verdict in _build/test_gpu.log as it comes; refused with no GPU.

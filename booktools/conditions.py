@@ -15,6 +15,7 @@ REGISTRY.
     busy         one process keeps one core busy beside the pass (a neighbour on a shared node)
     two, two=N   a second learner runs every lab, asserts only, in its own copy and with its own
                  cluster, at the default p or at N, beside the pass; both must pass
+    two=N@X.Y.Z  the same, the second learner on that release of torch (as torch=X.Y.Z installs it)
     torch=X.Y.Z  that release, installed once into .torch/X.Y.Z/ (booktools.releases), first on
                  PYTHONPATH for the kernels and their engines
     gpu          NCCL with one engine per GPU, then 4 engines sharing GPU 0 on gloo, one after
@@ -160,19 +161,36 @@ class BusyCore(Condition):
 
 @dataclass(frozen=True)
 class SecondLearner(Condition):
-    """two, two=N: a second learner runs every lab beside the pass, asserts only, at the default p or at N."""
+    """A second learner runs every lab beside the pass, asserts only, with its own cluster.
+
+    At the default p or at N, on the pass's torch or on release X.Y.Z."""
 
     engines: int | None = None
+    torch: str | None = None
     kind: ClassVar[str] = "two"
-    written: ClassVar[str] = "two, two=N"
+    written: ClassVar[str] = "two, two=N, two=N@X.Y.Z"
 
     @classmethod
     def parse(cls, value: str | None) -> SecondLearner:
-        return cls(None if value is None else engine_count("two", value))
+        if value is None:
+            return cls()
+        count, at, version = value.partition("@")
+        if at:
+            TorchRelease.parse(version)  # refused as torch=X.Y.Z would be
+        return cls(engine_count("two", count), version or None)
 
     @property
     def spelling(self) -> str:
-        return "two" if self.engines is None else f"two={self.engines}"
+        at = f"@{self.torch}" if self.torch else ""
+        return "two" if self.engines is None else f"two={self.engines}{at}"
+
+    def check(self) -> None:
+        if self.torch:
+            TorchRelease(self.torch).check()
+
+    def set_up(self, say) -> None:
+        if self.torch:
+            TorchRelease(self.torch).set_up(say)
 
     @contextlib.contextmanager
     def beside(self, labs, env, column, say) -> Iterator[list]:
@@ -181,8 +199,11 @@ class SecondLearner(Condition):
         own = {k: v for k, v in env.items() if k != "DPLAB_ENGINES"}
         if self.engines is not None:
             own["DPLAB_ENGINES"] = str(self.engines)
+        if self.torch:
+            own.update(TorchRelease(self.torch).environment())
         p = "the default p" if self.engines is None else f"p = {self.engines}"
-        say(f"second learner: every lab at {p}, asserts only, beside {column}")
+        on = f", on torch {self.torch}" if self.torch else ""
+        say(f"second learner: every lab at {p}{on}, asserts only, beside {column}")
         learner = Learner(labs, [(f"{column}: second learner", {})], own, LEARNER_LIMIT_S, say)
         rows: list = []
         try:

@@ -31,6 +31,29 @@ def test_each_condition_parses_from_its_spelling_and_says_what_it_sets(spelling,
     assert (found.kind, found.spelling, found.environment()) == (kind, spelling, env)
 
 
+def test_a_second_learner_on_its_own_release_puts_that_release_first_on_its_own_pythonpath(monkeypatch):
+    """two=3@X: the pass keeps its torch, the second learner gets release X (CI's middle release
+    rides on the newest release's pass this way)."""
+    from booktools.releases import RELEASES
+
+    (torch, two) = parse("torch=2.15.0,two=3@2.12.1").conditions
+    assert (two.engines, two.torch, two.spelling) == (3, "2.12.1", "two=3@2.12.1")
+    started = {}
+
+    class Fake:
+        def __init__(self, labs, settings, env, limit, say):
+            started.update(env)
+
+        def wait(self, timeout=None):
+            return []
+
+    monkeypatch.setattr("booktools.learners.Learner", Fake)
+    with two.beside([], {**torch.environment(), "DPLAB_DEVICE": "cpu"}, "pass", lambda line: None):
+        pass
+    assert started["PYTHONPATH"].split(os.pathsep)[0] == str(RELEASES / "2.12.1")
+    assert started["DPLAB_ENGINES"] == "3" and torch.environment()["PYTHONPATH"].startswith(str(RELEASES / "2.15.0"))
+
+
 def test_a_torch_release_goes_first_on_pythonpath(monkeypatch):
     from booktools.releases import RELEASES
 
@@ -74,6 +97,8 @@ def test_only_what_keeps_the_stored_outputs_comparable_runs_nbval():
     ("quiet,busy", "quiet is a plain run"),
     ("torch=abc", "not a release number"),
     ("torch=2.7.1", "older than the book supports"),
+    ("two=3@2.7.1", "older than the book supports"),
+    ("two=3@latest", "not a release number"),
     (",", "an empty pass"),
 ])
 def test_unknown_or_contradictory_conditions_are_refused_naming_the_known_ones(spec, says):

@@ -118,3 +118,40 @@ def test_the_book_build_leaves_out_the_installed_releases_and_wheels():
 
     excluded = yaml.safe_load((ROOT / "_config.yml").read_text())["exclude_patterns"]
     assert ".torch" in excluded and ".whl" in excluded, excluded
+
+
+def test_the_release_table_spans_the_supported_range_one_newest_patch_per_minor_release():
+    from booktools.releases import NEWEST_PATCH, ends
+    from dplab.compat import check_supported, supported_range
+
+    low, new = supported_range()
+    minors = [f"2.{m}" for m in range(int(low.split(".")[1]), int(new.split(".")[1]) + 1)]
+    assert list(NEWEST_PATCH) == minors
+    assert all(v.rsplit(".", 1)[0] == m and not check_supported(v) for m, v in NEWEST_PATCH.items())
+    assert ends() == (NEWEST_PATCH[low], NEWEST_PATCH[new])
+
+
+def test_ci_s_middle_release_is_fixed_by_the_tree_and_rotates_over_the_releases_between_the_ends(tmp_path):
+    """The same tree picks the same release; over commits every release between the ends (but the
+    reference, which make test runs) gets its turn; the ends never."""
+    import subprocess
+
+    from booktools import labs, releases
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    picks = set()
+    for i in range(40):
+        (repo / "f").write_text(str(i))
+        subprocess.run(git + ["add", "f"], check=True)
+        subprocess.run(git + ["commit", "-q", "-m", str(i)], check=True)
+        here = labs.by_tree(list(range(10)), root=repo)
+        assert here == labs.by_tree(list(range(10)), root=repo)  # the same tree, the same pick
+        picks.add(here)
+    assert len(picks) > 5  # rotates
+    low, new = releases.ends()
+    between = [v for v in releases.NEWEST_PATCH.values() if v not in (low, new, "2.13.0")]
+    assert releases.middle("2.13.0+cpu") in between
+    assert {releases.middle("2.13.0") for _ in range(3)} == {releases.middle("2.13.0")}
