@@ -238,15 +238,17 @@ class TorchRelease(Condition):
         return f"torch={self.version}"
 
     def environment(self) -> dict[str, str]:
-        from booktools.releases import folder
+        from booktools.releases import folder, in_venv
 
+        if in_venv(self.version):  # the venv's own torch is this release
+            return {}
         return {"PYTHONPATH": os.pathsep.join(filter(None, [str(folder(self.version)),
                                                             os.environ.get("PYTHONPATH")]))}
 
     def check(self) -> None:
         from booktools import releases
 
-        if not releases.installed(self.version):
+        if not releases.installed(self.version) and not releases.in_venv(self.version):
             why = releases.problem(self.version, releases.free_bytes())
             if why:
                 raise Refused(why)
@@ -254,6 +256,9 @@ class TorchRelease(Condition):
     def set_up(self, say) -> None:
         from booktools import releases
 
+        if releases.in_venv(self.version):
+            say(f"torch={self.version}: the venv's own torch, nothing installed")
+            return
         releases.install(self.version, say)
         say(f"torch={self.version}: torch {releases.imported_version(self.version)}, from "
             f".torch/{self.version}/")

@@ -90,6 +90,17 @@ def installed(version: str) -> bool:
     return (folder(version) / ".installed").exists()
 
 
+def in_venv(version: str) -> bool:
+    """Whether the venv's own torch is this release (a local build tag aside, as 2.13.0+cpu):
+    then nothing is installed and the venv's is used."""
+    from importlib.metadata import PackageNotFoundError, version as installed_version
+
+    try:
+        return installed_version("torch").split("+")[0] == version
+    except PackageNotFoundError:
+        return False
+
+
 def free_bytes() -> int:
     """Free disk where the releases go."""
     RELEASES.mkdir(exist_ok=True)

@@ -62,6 +62,25 @@ def test_a_torch_release_goes_first_on_pythonpath(monkeypatch):
     assert release.environment() == {"PYTHONPATH": f"{RELEASES / '2.8.0'}{os.pathsep}/elsewhere"}
 
 
+def test_the_venvs_own_release_is_used_as_it_is_and_nothing_installed(monkeypatch):
+    """torch=2.13.0 where the venv holds 2.13.0+cpu: no folder on PYTHONPATH, no install (the
+    sweep does not fetch the pinned release again); another release still goes first."""
+    from importlib.metadata import version
+
+    from booktools import releases
+
+    ours = version("torch").split("+")[0]
+    (same,) = parse(f"torch={ours}").conditions
+    said = []
+    monkeypatch.setattr(releases, "install", lambda *a, **k: pytest.fail("installed the venv's own torch"))
+    same.check()
+    same.set_up(said.append)
+    assert same.environment() == {} and said == [f"torch={ours}: the venv's own torch, nothing installed"]
+    other = "2.8.0" if ours != "2.8.0" else "2.15.0"
+    assert parse(f"torch={other}").conditions[0].environment()["PYTHONPATH"].startswith(
+        str(releases.RELEASES / other))
+
+
 def test_conditions_combine_with_commas_and_passes_with_spaces():
     from booktools.releases import RELEASES
 
