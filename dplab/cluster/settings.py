@@ -268,7 +268,7 @@ class Settings:
         "DPLAB_FLIGHT_RECORDER", None, _flight_entries,
         "collectives each rank's PyTorch Flight Recorder keeps (`TORCH_FR_BUFFER_SIZE`); when ranks are stuck, "
         "every rank's buffer is saved for `dplab.analyze_flight_records()` (`StuckRanksError.flight_records`)",
-        "off")
+        "unset: torch's own ring (2000 collectives from torch 2.11 on, none before), not saved by the kit")
     iface: str | None = setting(
         "DPLAB_IFACE", None, _text,
         "the network interface the nodes share (`ib0`, `eth1`, …), used only when ranks run on several nodes: "
