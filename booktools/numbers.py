@@ -100,12 +100,14 @@ def lab_minutes(lab: str, root: Path = ROOT) -> float:
 
 
 def evaluate(expression: str):
-    """Evaluate a tied expression with math, the labcode modules and lab_minutes in scope."""
+    """Evaluate a tied expression with math, the labcode modules, dplab.models, dplab.cluster.flight
+    and lab_minutes in scope."""
     import importlib
 
+    import dplab.cluster.flight
     import dplab.models
 
-    scope = {"math": math, "lab_minutes": lab_minutes, "models": dplab.models}
+    scope = {"math": math, "lab_minutes": lab_minutes, "models": dplab.models, "flight": dplab.cluster.flight}
     for name in ("allreduce", "costmodel", "overlap", "sharding", "stragglers", "transformer"):
         scope[name] = importlib.import_module(f"labcode.{name}")
     return eval(expression, scope)  # noqa: S307 (expressions of the labs' own metadata)

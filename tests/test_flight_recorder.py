@@ -133,3 +133,21 @@ def test_with_the_recorder_off_nothing_is_saved(leaves_nothing):
     with dplab.start_cluster(2, stuck_after=1) as c:
         err = hang(c)
     assert err.flight_records is None and "Flight Recorder" not in str(err)
+
+
+def test_torchs_default_ring_is_the_one_lab_5_states():
+    """Lab 5 says (tied to flight.DEFAULT_RING): 2000 collectives from 2.11 on, none before. The
+    installed torch's header holds its default; a torch that changed it fails here."""
+    import re
+    from pathlib import Path
+
+    import torch
+
+    header = Path(torch.__file__).parent / "include/torch/csrc/distributed/c10d/FlightRecorder.hpp"
+    if not header.exists():
+        pytest.skip("this torch ships no C++ headers")
+    default = re.search(r'"TORCH_FR_BUFFER_SIZE"[^;]*?\},\s*(\d+)\)', header.read_text())
+    assert default, f"{header.name} no longer reads TORCH_FR_BUFFER_SIZE with a default: see Lab 5"
+    release = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    since = tuple(int(x) for x in flight.DEFAULT_RING_SINCE.split("."))
+    assert int(default[1]) == (flight.DEFAULT_RING if release >= since else 0), (torch.__version__, default[1])

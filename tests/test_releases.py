@@ -83,7 +83,10 @@ def test_the_readme_states_the_supported_range():
     readme = (ROOT / "README.md").read_text()
     assert f"The labs support torch {low} to {newest}" in readme and f"`{SUPPORTED}`" in readme
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "supported_range()" in ci, ".ci/run must take the lowest and newest from dplab.compat"
+    assert "booktools.releases --ends" in ci, ".ci/run must take the lowest and newest from booktools.releases"
+    first, last = releases.ends()
+    assert first.startswith(f"{low}.") and last.startswith(f"{newest}."), \
+        "booktools.releases.ends() must follow dplab.compat.supported_range()"
 
 
 def test_the_recorded_verdict_is_nbvals_and_the_second_learners(tmp_path):

@@ -29,6 +29,11 @@ from dataclasses import dataclass
 #: The analyzer's module (torch ANALYZER_SINCE and later ship it; before, it lived in pytorch's tools/).
 ANALYZER = "torch.distributed.flight_recorder.fr_trace"
 ANALYZER_SINCE = "2.10"  # the first torch whose wheel holds it (2.9.0's does not: checked in both wheels)
+#: torch's own default ring (TORCH_FR_BUFFER_SIZE unset): DEFAULT_RING collectives per process from
+#: DEFAULT_RING_SINCE on, none before (FlightRecorder.hpp of each wheel; tests/test_flight_recorder.py
+#: reads the installed torch's header).
+DEFAULT_RING = 2000
+DEFAULT_RING_SINCE = "2.11"
 PREFIX = "rank_"  # the analyzer finds each rank's buffer as <prefix><rank>
 POLL_S = 0.1  # how often a rank looks for a request
 COLLECT_S = 10.0  # how long the watch waits for the buffers (3 s missed one rank beside stress-ng)
