@@ -9,7 +9,7 @@ import pytest
 
 import dplab
 from dplab import ClusterError
-from dplab.cluster import local, network, settings
+from dplab.cluster import local, network, processes, settings
 from dplab.cluster.settings import Settings
 
 resolve = Settings.resolve
@@ -106,11 +106,12 @@ def test_port_is_left_to_rank_0_unless_requested(monkeypatch):
 
 
 def test_two_clusters_at_once_get_different_ports(tmp_path):
-    """Two learners on one node: each cluster's rank 0 gets its own free port."""
+    """Two learners on one node: each cluster's rank 0 gets its own free port (the other
+    learner's cluster has one engine: its rank 0 picks a port all the same)."""
     script = textwrap.dedent(
         """
         import sys, dplab
-        with dplab.start_cluster(2) as c:
+        with dplab.start_cluster(1) as c:
             print(c.port, flush=True)
             sys.stdin.readline()
         """
@@ -229,10 +230,11 @@ def test_starting_a_second_cluster_stops_the_first():
 
 
 def test_interpreter_exit_stops_a_cluster_nobody_stopped(tmp_path):
+    """One engine, in torch's process group: stopping at exit leaves the group, as with more."""
     script = textwrap.dedent(
         """
         import dplab
-        c = dplab.start_cluster(2)
+        c = dplab.start_cluster(1)
         print(c.cluster_id, flush=True)
         """
     )
@@ -246,3 +248,27 @@ def test_interpreter_exit_stops_a_cluster_nobody_stopped(tmp_path):
     while cluster_process_names(cid) and time.time() < deadline:
         time.sleep(0.5)
     assert cluster_process_names(cid) == []
+
+
+def test_a_file_mapped_and_then_closed_is_found_for_removal():
+    """MPICH may close a shared-memory segment's file once it has mapped it: what a killed
+    cluster leaves behind is read from the processes' maps too, not only their open files."""
+    path = f"/dev/shm/mpich_shm_dplab_test_{os.getpid()}"
+    script = ("import ctypes, mmap, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+              "os.ftruncate(fd, 4096)\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+              "libc.mmap.restype = ctypes.c_void_p\n"  # Python's mmap keeps a copy of the descriptor
+              "assert libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0) not in (None, 2**64 - 1)\n"
+              "os.close(fd)\nprint('mapped', flush=True)\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script, path], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "mapped"
+        import psutil
+
+        holder = psutil.Process(proc.pid)
+        assert path not in {f.path for f in holder.open_files()}  # closed: only the mapping holds it
+        assert path in processes.mapped_files(proc.pid)
+        assert processes.files_held_open([holder]) == {path}
+    finally:
+        proc.kill()
+        proc.wait()
+        processes.unlink(path)

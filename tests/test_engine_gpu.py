@@ -71,8 +71,8 @@ F.mse_loss(model(torch.ones(8, 4)), torch.zeros(8, 2)).backward()
 def test_a_rank_stuck_behind_a_comm_hook_future_is_ended_within_the_bound(leaves_nothing):
     """Rank 1's backward waits forever on its hook's future; rank 0's all-reduce, reached through
     `fut.then`, has no partner. The collective's timeout fails rank 0, then the stuck-rank watch
-    stops the cluster: timeout + stuck_after + a few seconds, not never."""
-    with dplab.start_cluster(2, timeout=TIMEOUT_S) as c:
+    stops the cluster: timeout + stuck_after + a few seconds, not never (stuck_after=1: sooner)."""
+    with dplab.start_cluster(2, timeout=TIMEOUT_S, stuck_after=1) as c:
         bound = TIMEOUT_S + c.settings.stuck_after + 10
         t0 = time.perf_counter()
         with pytest.raises(dplab.StuckRanksError) as info:

@@ -182,34 +182,35 @@ def test_failure_settings_come_from_arguments_then_environment(monkeypatch):
 # -- real clusters -------------------------------------------------------------
 
 def test_one_rank_error_before_a_collective_raises_and_restart_brings_the_cluster_back(leaves_nothing):
-    with dplab.start_cluster(4) as c:
+    """3 ranks: the others are several, and one rank waits while two finish (stuck_after=1: faster)."""
+    with dplab.start_cluster(3, stuck_after=1) as c:
         first_id = c.cluster_id
         err, seconds = timed(lambda: c.view.execute(ONE_RANK_RAISES_MPI))
         assert isinstance(err, dplab.StuckRanksError) and seconds < LIMIT_S, (err, seconds)
         text = str(err)
         assert 'rank 1 failed: ValueError: typo on one branch (line 4 of the cell: raise ValueError(' in text
-        assert "ranks 0, 2, 3 were still running 3 s later, waiting in MPI at line 5 of the cell: " \
+        assert "ranks 0, 2 were still running 1 s later, waiting in MPI at line 5 of the cell: " \
                "total = comm.allreduce(1)" in text
-        assert "cluster.restart()" in text and "4 engines again (gloo, cpu)" in text
+        assert "cluster.restart()" in text and "3 engines again (gloo, cpu)" in text
         assert not c.running and cluster_process_names(first_id) == []
-        assert sorted(err.failed) == [1] and sorted(err.stuck) == [0, 2, 3]
+        assert sorted(err.failed) == [1] and sorted(err.stuck) == [0, 2]
 
-        c.restart()  # one call: the same p, backend and device
-        assert c.running and len(c.ranks) == 4
+        c.restart()  # one call: the same p, backend, device and settings
+        assert c.running and len(c.ranks) == 3 and c.settings.stuck_after == 1
+        c.view.execute("import torch, torch.distributed as dist\nt = torch.ones(1)\ndist.all_reduce(t)")
+        assert [t.item() for t in c.view["t"]] == [3.0] * 3  # the restarted ranks joined one group
+        # and the restarted cluster is watched as the first was
         err, seconds = timed(lambda: c.view.execute(ONLY_RANK_0_CALLS_ALL_REDUCE))
         assert isinstance(err, dplab.StuckRanksError) and seconds < LIMIT_S, (err, seconds)
-        assert "ranks 1, 2, 3 finished the cell." in str(err)
-        assert "rank 0 was still running 3 s later, waiting in torch.distributed.all_reduce, called at " \
+        assert "ranks 1, 2 finished the cell." in str(err)
+        assert "rank 0 was still running 1 s later, waiting in torch.distributed.all_reduce, called at " \
                "line 4 of the cell: dist.all_reduce(t)" in str(err)
-
-        c.restart()
-        c.view.execute("import torch, torch.distributed as dist\nt = torch.ones(1)\ndist.all_reduce(t)")
-        assert [t.item() for t in c.view["t"]] == [4.0] * 4
+        assert not c.running
 
 
 def test_ranks_idle_in_ddp_backward_count_as_stuck(leaves_nothing):
     """DDP all-reduces inside backward, in C++: the rank shows no collective, only that it idles."""
-    with dplab.start_cluster(2) as c:
+    with dplab.start_cluster(2, stuck_after=1) as c:
         err, seconds = timed(lambda: c.view.execute(
             "import torch, torch.nn.functional as F\n"
             "from torch.nn.parallel import DistributedDataParallel as DDP\n"
@@ -221,26 +222,57 @@ def test_ranks_idle_in_ddp_backward_count_as_stuck(leaves_nothing):
         assert "idle inside torch's backward()" in err.stuck[0].text
 
 
-def test_a_failed_rank_does_not_stop_ranks_that_are_still_working(leaves_nothing):
+@pytest.fixture(scope="module")
+def survivors():
+    """One 2-engine cluster for the tests after which it still runs (each checks that it does):
+    stuck_after=1, and TORCH_DISTRIBUTED_DEBUG=DETAIL for the mismatched collectives. A test
+    that finds it stopped (an earlier one failed) starts it again."""
+    cluster = dplab.start_cluster(2, stuck_after=1, debug="DETAIL")
+    yield cluster
+    cluster.stop()
+
+
+def running(cluster):
+    """The shared cluster, started again if a failed test left it stopped."""
+    return cluster if cluster.running else cluster.restart()
+
+
+def test_a_failed_rank_does_not_stop_ranks_that_are_still_working(survivors, leaves_nothing):
     """Rank 1 fails at once; rank 0 computes past stuck_after and then finishes: an ordinary error."""
-    with dplab.start_cluster(2, stuck_after=1) as c:
-        err, seconds = timed(lambda: c.view.execute(
-            "import time\nif rank == 1:\n    raise KeyError('k')\ntime.sleep(2.5)\ndone = True"))
-        assert isinstance(err, CompositeError) and 2.5 < seconds < LIMIT_S
-        assert c.running and c.view.pull("done", targets=0) is True
+    c = running(survivors)
+    assert c.settings.stuck_after == 1
+    err, seconds = timed(lambda: c.view.execute(
+        "import time\nif rank == 1:\n    raise KeyError('k')\ntime.sleep(2.5)\ndone = True"))
+    assert isinstance(err, CompositeError) and 2.5 < seconds < LIMIT_S
+    assert c.running and c.view.pull("done", targets=0) is True
+
+
+@pytest.mark.parametrize("cell", [
+    "t = torch.ones(4)\nif rank == 0:\n    dist.all_reduce(t)\nelse:\n    dist.broadcast(t, src=0)",
+    "t = torch.ones(4 + rank)\ndist.all_reduce(t)",
+])
+def test_mismatched_collectives_raise_on_every_rank_with_debug_detail(cell, survivors, leaves_nothing):
+    c = running(survivors)
+    assert c.settings.debug == "DETAIL"
+    err, seconds = timed(lambda: c.view.execute("import torch, torch.distributed as dist\n" + cell))
+    assert isinstance(err, CompositeError) and seconds < LIMIT_S
+    assert [e[0] for e in err.elist] == ["RuntimeError"] * 2
+    assert all("Detected mismatch between collectives" in e[1] for e in err.elist)
+    c.view.execute("t = torch.ones(2)\ndist.all_reduce(t)")  # the group is still usable
+    assert [t.tolist() for t in c.view["t"]] == [[2.0, 2.0]] * 2
 
 
 @pytest.mark.parametrize("wait", ["get", "wait", "wait_interactive"])
 def test_every_way_of_waiting_raises_when_ranks_are_stuck(wait, leaves_nothing):
     """ar.get(), ar.wait() and ar.wait_interactive() on a non-blocking cell; %%px is below."""
-    with dplab.start_cluster(2) as c:
+    with dplab.start_cluster(2, stuck_after=1) as c:
         ar = c.view.execute(ONE_RANK_RAISES_MPI, block=False)
         if wait == "wait":  # a wait with a timeout still returns False when the time is up
             assert ar.wait(0.5) is False and c.running
         err, seconds = bounded(c, getattr(ar, wait))
         assert isinstance(err, dplab.StuckRanksError) and seconds < LIMIT_S, (err, seconds)
         assert "rank 1 failed: ValueError: typo on one branch" in str(err)
-        assert "rank 0 was still running 3 s later, waiting in MPI at line 5 of the cell" in str(err)
+        assert "rank 0 was still running 1 s later, waiting in MPI at line 5 of the cell" in str(err)
         assert not c.running
         with pytest.raises(dplab.StuckRanksError) as again:  # and so does every later wait
             ar.get()
@@ -259,29 +291,14 @@ MPI.COMM_WORLD.barrier()
 @pytest.mark.parametrize("death, how", [("os._exit(3)", "exit code 3"),
                                         ("os.kill(os.getpid(), 9)", "killed by SIGKILL")])
 def test_a_dying_rank_is_named_with_how_it_ended_and_its_line(death, how, leaves_nothing):
-    with dplab.start_cluster(3) as c:
+    with dplab.start_cluster(2) as c:
         err, seconds = bounded(c, lambda: c.view.execute(ONE_RANK_DIES.format(death=death)))
         assert isinstance(err, watch.RankDiedError) and seconds < LIMIT_S, (err, seconds)
         text = str(err)
         assert f"rank 1 died ({how}) while running line 4 of the cell: {death}" in text, text
-        assert "ranks 0, 2 were then killed by mpiexec, which ends every rank of the job when one dies" \
-               in text, text
+        assert "rank 0 was then killed by mpiexec, which ends every rank of the job when one dies" in text, text
         assert "cluster.restart()" in text and not c.running
         assert err.died[1] == how
-
-
-@pytest.mark.parametrize("cell", [
-    "t = torch.ones(4)\nif rank == 0:\n    dist.all_reduce(t)\nelse:\n    dist.broadcast(t, src=0)",
-    "t = torch.ones(4 + rank)\ndist.all_reduce(t)",
-])
-def test_mismatched_collectives_raise_on_every_rank_with_debug_detail(cell, leaves_nothing):
-    with dplab.start_cluster(2, debug="DETAIL") as c:
-        err, seconds = timed(lambda: c.view.execute("import torch, torch.distributed as dist\n" + cell))
-        assert isinstance(err, CompositeError) and seconds < LIMIT_S
-        assert [e[0] for e in err.elist] == ["RuntimeError"] * 2
-        assert all("Detected mismatch between collectives" in e[1] for e in err.elist)
-        c.view.execute("t = torch.ones(2)\ndist.all_reduce(t)")  # the group is still usable
-        assert [t.tolist() for t in c.view["t"]] == [[2.0, 2.0]] * 2
 
 
 def test_mismatched_collectives_time_out_with_a_short_collective_timeout(leaves_nothing):
@@ -295,12 +312,15 @@ def test_mismatched_collectives_time_out_with_a_short_collective_timeout(leaves_
 
 
 def test_stop_is_quick_when_healthy_and_when_stuck(leaves_nothing):
+    """4 engines, as the README's targets say. The healthy ones leave their process group; the
+    stuck ones wait in MPI, so they need no torch (init_torch=False starts them sooner)."""
     c = dplab.start_cluster(4)
     t0 = time.perf_counter()
     c.stop()
     healthy = time.perf_counter() - t0
-    c = dplab.start_cluster(4)
-    c.view.execute("from mpi4py import MPI\nif rank == 0:\n    MPI.COMM_WORLD.barrier()", block=False)
+    c = dplab.start_cluster(4, init_torch=False)
+    c.view.execute("from mpi4py import MPI\nif MPI.COMM_WORLD.Get_rank() == 0:\n    MPI.COMM_WORLD.barrier()",
+                   block=False)
     time.sleep(1)
     t0 = time.perf_counter()
     c.stop()
@@ -310,7 +330,7 @@ def test_stop_is_quick_when_healthy_and_when_stuck(leaves_nothing):
 
 TWO_AT_ONCE = textwrap.dedent("""
     import sys, time, dplab
-    c = dplab.start_cluster(2)
+    c = dplab.start_cluster(2, stuck_after=1)
     print("ready", flush=True)
     sys.stdin.readline()
     t0 = time.perf_counter()
@@ -359,12 +379,13 @@ def _run(kc, code: str, timeout: float):
 
 
 def test_px_cell_and_kernel_interrupt_return_within_limits(leaves_nothing):
+    """Two engines: one rank that fails (or sleeps) and one that waits are all it takes."""
     from jupyter_client.manager import start_new_kernel
 
     km, kc = start_new_kernel(kernel_name="python3")
     try:
         # With a progress bar, %%px waits in wait() and then wait_interactive(), not in get().
-        for start, magic in (("cluster = dplab.start_cluster(4)", "%%px"),
+        for start, magic in (("cluster = dplab.start_cluster(2, stuck_after=1)", "%%px"),
                              ("cluster.restart()", "%%px --progress-after 0.5")):
             reply, _ = _run(kc, f"import dplab\n{start}", timeout=120)
             assert reply["status"] == "ok"
@@ -376,7 +397,7 @@ def test_px_cell_and_kernel_interrupt_return_within_limits(leaves_nothing):
 
         reply, _ = _run(kc, "cluster.restart()", timeout=120)
         assert reply["status"] == "ok"
-        # Rank 0 sleeps (SIGINT ends that), the others wait in a barrier (nothing ends that).
+        # Rank 0 sleeps (SIGINT ends that), rank 1 waits in a barrier (nothing ends that).
         msg_id = kc.execute("%%px\nfrom mpi4py import MPI\nimport time\nif rank == 0:\n    time.sleep(600)\n"
                             "MPI.COMM_WORLD.barrier()")
         time.sleep(3)

@@ -72,6 +72,21 @@ def test_a_cluster_whose_guardian_cannot_start_does_not_start(monkeypatch, leave
 
 # -- the guardian alone, on stand-in processes (no MPI, no kernel) --------------------------
 
+def test_a_dismissed_guardian_exits_without_the_interpreters_teardown(monkeypatch, tmp_path):
+    """Every Cluster.stop waits for its guardian to exit: the guardian skips Python's teardown
+    (atexit hooks, then ipyparallel's and zmq's modules), which took a few tenths of a second."""
+    from dplab.cluster import guard
+
+    torn_down = tmp_path / "torn-down"
+    monkeypatch.setattr(guard, "MAIN", f"import atexit; atexit.register(open, {str(torn_down)!r}, 'w'); {guard.MAIN}")
+    guardian = guard.Guard("guard-test-teardown")
+    guardian.wait_ready()
+    t0 = time.monotonic()
+    guardian.dismiss()
+    print(f"\nthe guardian exited {time.monotonic() - t0:.2f} s after it was dismissed")
+    assert guardian.process.returncode == 0 and not torn_down.exists()
+
+
 GUARDED = textwrap.dedent("""
     import os, signal, subprocess, sys, time
     from dplab.cluster.guard import Guard

@@ -32,35 +32,103 @@ def test_is_loopback_tells_loopback_from_other_addresses():
     assert not any(map(is_loopback, ["0.0.0.0", "::", "192.0.2.2", "10.0.0.1", "fe80::1"]))
 
 
-def test_a_running_cluster_listens_on_loopback_only_except_mpiexecs_control_port(leaves_nothing):
+@pytest.fixture(scope="module")
+def cluster_and_before():
+    """One 2-engine cluster for the two tests that look at a running one (the second stops
+    it), and the processes that ran before it started."""
     before = descendants()
-    with dplab.start_cluster(2) as c:
-        c.view.execute("import torch, torch.distributed as dist; t = torch.ones(1); dist.all_reduce(t)")
-        assert [t.item() for t in c.view["t"]] == [2.0, 2.0]  # Gloo's pairs are connected
-        procs = []
-        for pid in descendants() - before:
-            try:
-                procs.append(psutil.Process(pid))
-            except psutil.NoSuchProcess:  # a short-lived helper that is gone already
-                pass
-        names = set()
-        for proc in procs:
-            with contextlib.suppress(psutil.Error):
-                names.add(proc.name())
-        assert "hydra_pmi_proxy" in names and any(n.startswith("mpiexec") for n in names), names  # all of it
-        sockets = listening(procs)
-        # hydra's control port: mpiexec's one listening socket, which its proxy and the ranks inherit
-        control = {port for name, _, port in sockets if name.startswith("mpiexec")}
-        assert len(control) == 1, sockets
-        exposed = [s for s in sockets if not is_loopback(s[1]) and s[2] not in control]
-        assert exposed == [], f"listening beyond loopback: {exposed}"
-        # the rendezvous store is there, on loopback (not merely absent from the list)
-        assert any(port == c.port and is_loopback(ip) for _, ip, port in sockets), sockets
-        # MPICH's network module (UCX) and Gloo were told the loopback interface
-        c.view.execute("import os; nets = (os.environ['UCX_NET_DEVICES'], os.environ['GLOO_SOCKET_IFNAME'])")
-        lo = network.loopback_interface()
-        assert c.view["nets"] == [(lo, lo)] * 2
+    cluster = dplab.start_cluster(2)
+    yield cluster, before
+    cluster.stop()
 
+
+def test_a_running_cluster_listens_on_loopback_only_except_mpiexecs_control_port(cluster_and_before,
+                                                                                 leaves_nothing):
+    c, before = cluster_and_before
+    assert c.running
+    c.view.execute("import torch, torch.distributed as dist; t = torch.ones(1); dist.all_reduce(t)")
+    assert [t.item() for t in c.view["t"]] == [2.0, 2.0]  # Gloo's pairs are connected
+    procs = []
+    for pid in descendants() - before:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:  # a short-lived helper that is gone already
+            pass
+    names = set()
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            names.add(proc.name())
+    assert "hydra_pmi_proxy" in names and any(n.startswith("mpiexec") for n in names), names  # all of it
+    sockets = listening(procs)
+    # hydra's control port: mpiexec's one listening socket, which its proxy and the ranks inherit
+    control = {port for name, _, port in sockets if name.startswith("mpiexec")}
+    assert len(control) == 1, sockets
+    exposed = [s for s in sockets if not is_loopback(s[1]) and s[2] not in control]
+    assert exposed == [], f"listening beyond loopback: {exposed}"
+    # the rendezvous store is there, on loopback (not merely absent from the list)
+    assert any(port == c.port and is_loopback(ip) for _, ip, port in sockets), sockets
+    # MPICH's network module (UCX) and Gloo were told the loopback interface
+    c.view.execute("import os; nets = (os.environ['UCX_NET_DEVICES'], os.environ['GLOO_SOCKET_IFNAME'])")
+    lo = network.loopback_interface()
+    assert c.view["nets"] == [(lo, lo)] * 2
+
+
+# -- the private folder where ranks dump their stacks ---------------------------------------
+
+def _can_list_as(uid: int, gid: int, path: str) -> bool:
+    """Whether a process running as uid:gid can list `path` (a forked child drops to that user)."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns to pytest
+        code = 2
+        try:
+            os.setgid(gid)
+            os.setuid(uid)
+            try:
+                os.listdir(path)
+                code = 0
+            except PermissionError:
+                code = 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) in (0, 1), "the child could not drop to the other user"
+    return os.WEXITSTATUS(status) == 0
+
+
+def test_stack_folder_is_private_and_removed_on_stop(cluster_and_before, leaves_nothing):
+    c, _ = cluster_and_before
+    if not c.running:  # the test before failed and stopped it
+        c.restart()
+    folder = c.stacks_folder
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    assert os.stat(folder).st_uid == os.geteuid()
+    if os.geteuid() == 0:  # only root can become another user to try
+        import pwd
+
+        nobody = pwd.getpwnam("nobody")
+        assert not _can_list_as(nobody.pw_uid, nobody.pw_gid, folder)
+        assert _can_list_as(0, 0, folder)  # the check itself can succeed
+    c.stop()
+    assert not os.path.exists(folder)
+
+
+def test_stack_folder_is_removed_after_a_failed_start(monkeypatch, leaves_nothing):
+    made, mkdtemp = [], handle.tempfile.mkdtemp
+
+    def spy(*args, **kwargs):
+        path = mkdtemp(*args, **kwargs)
+        if os.path.basename(path).startswith("dplab-stacks-"):
+            made.append(path)
+        return path
+
+    monkeypatch.setattr(handle.tempfile, "mkdtemp", spy)
+    bad = Settings(p=2, backend="nccl", device="cuda")
+    with pytest.raises(Exception, match="GPU"):
+        handle.Cluster(bad, local.MpiexecLauncher()).start()
+    assert len(made) == 1 and not os.path.exists(made[0])
+
+
+# -- MPI jobs and torchrun ------------------------------------------------------------------
 
 def test_an_mpi_job_listens_on_loopback_only_except_mpiexecs_control_port(leaves_nothing):
     out = run_job(os.path.join(HERE, "mpi", "list_listening.py"), 2, timeout=120)
@@ -141,55 +209,3 @@ def test_a_listen_socket_is_bound_to_the_address_it_was_given():
     with network.listen_socket("127.0.0.1") as s:
         ip, port = s.getsockname()
         assert ip == "127.0.0.1" and port > 0
-
-
-# -- the private folder where ranks dump their stacks ---------------------------------------
-
-def _can_list_as(uid: int, gid: int, path: str) -> bool:
-    """Whether a process running as uid:gid can list `path` (a forked child drops to that user)."""
-    pid = os.fork()
-    if pid == 0:  # the child: never returns to pytest
-        code = 2
-        try:
-            os.setgid(gid)
-            os.setuid(uid)
-            try:
-                os.listdir(path)
-                code = 0
-            except PermissionError:
-                code = 1
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.WEXITSTATUS(status) in (0, 1), "the child could not drop to the other user"
-    return os.WEXITSTATUS(status) == 0
-
-
-def test_stack_folder_is_private_and_removed_on_stop(leaves_nothing):
-    with dplab.start_cluster(2) as c:
-        folder = c.stacks_folder
-        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
-        assert os.stat(folder).st_uid == os.geteuid()
-        if os.geteuid() == 0:  # only root can become another user to try
-            import pwd
-
-            nobody = pwd.getpwnam("nobody")
-            assert not _can_list_as(nobody.pw_uid, nobody.pw_gid, folder)
-            assert _can_list_as(0, 0, folder)  # the check itself can succeed
-    assert not os.path.exists(folder)
-
-
-def test_stack_folder_is_removed_after_a_failed_start(monkeypatch, leaves_nothing):
-    made, mkdtemp = [], handle.tempfile.mkdtemp
-
-    def spy(*args, **kwargs):
-        path = mkdtemp(*args, **kwargs)
-        if os.path.basename(path).startswith("dplab-stacks-"):
-            made.append(path)
-        return path
-
-    monkeypatch.setattr(handle.tempfile, "mkdtemp", spy)
-    bad = Settings(p=2, backend="nccl", device="cuda")
-    with pytest.raises(Exception, match="GPU"):
-        handle.Cluster(bad, local.MpiexecLauncher()).start()
-    assert len(made) == 1 and not os.path.exists(made[0])
