@@ -24,7 +24,7 @@ import pytest
 
 from booktools.labs import Lab, by_tree, labs
 from teach import solutions
-from tests.support.grading import grade, make_student, picked
+from tests.support.grading import grade, picked
 
 LABS = labs()
 # Labs whose checks are not independent yet: the slow test expects them to fail (strictly:
@@ -74,12 +74,6 @@ def solved(student: Path, lab: Lab, gids: tuple[str, ...], folder: Path) -> Path
     folder.mkdir(exist_ok=True)
     nbformat.write(nb, folder / lab.name)
     return folder / lab.name
-
-
-@pytest.fixture(scope="module")
-def handout(tmp_path_factory) -> Path:
-    """make student's folder for the chosen labs (with the book's other files beside them)."""
-    return make_student(tmp_path_factory.mktemp("student"), CHOSEN)
 
 
 def picks(root: Path) -> list[str]:

@@ -3,23 +3,15 @@ its solutions, and pasting them back gives the lab again; every launch button of
 a page of the handout. Scoring the handout, the solutions and the plausible mistakes is make
 test-nbgrader's (tests/nbgrader), through nbgrader's own commands; what only our own grader
 does is test_own_grader.py's."""
-from pathlib import Path
-
 import nbformat
 import pytest
 
 from booktools.labs import labs
 from booktools.pages import ROOT, toc
 from teach import solutions
-from tests.support.grading import make_student, pasted_back
+from tests.support.grading import pasted_back
 
 LABS = labs()
-
-
-@pytest.fixture(scope="module")
-def handout(tmp_path_factory) -> Path:
-    """make student's folder: labs/ of student notebooks, the book's other pages beside it."""
-    return make_student(tmp_path_factory.mktemp("student"))
 
 
 def test_nbgrader_changed_no_version_that_requirements_txt_pins():

@@ -1,11 +1,14 @@
 """Learners' notebooks for the grading tests (tests/student, tests/nbgrader, tests/slurm): the
 handed-out copy of a lab, its solutions pasted back, a plausible mistake made, a cell put in,
 and a probe of what the learner's code can reach, made in memory by teach.student's own
-functions; make student's folder; the grader run as a command; the labs a slow test grades."""
+functions; make student's folder; a lab in miniature for the grader's own tests; the grader run
+as a command, and the processes it started; the labs a slow test grades."""
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import nbformat
@@ -141,23 +144,77 @@ def picked(variable: str, salt: str) -> list[Lab]:
 
 
 ENGINES = "2"  # several ranks, so that collectives can hang; the fastest such p on 2 cores
+MARK = "GRADING_TEST_RUN"  # in the grader's environment, so in that of every process it starts
+
+TINY_LAB = "00_tiny_lab.ipynb"
+TINY_BROADCAST = "comm.Bcast(buf, root=0)"  # the solution run on the ranks
+TINY_TOTAL = "total = sum(range(1, 11))"  # the solution run in the kernel
 
 
-def grader(notebook: Path, *args: str, engines: str = ENGINES) -> dict:
+def _code(source: str, grade_id: str = "", points: float = 0):
+    """A code cell; with grade_id, a solution cell (no points) or a graded check (points)."""
+    cell = nbformat.v4.new_code_cell(source)
+    if grade_id:
+        cell.metadata["nbgrader"] = {"grade": bool(points), "grade_id": grade_id, "locked": bool(points),
+                                     "schema_version": solutions.SCHEMA_VERSION, "solution": not points,
+                                     "task": False, **({"points": points} if points else {})}
+    return cell
+
+
+def tiny_lab(source: Path) -> Path:
+    """A lab in miniature, written into `source` (the folder the grader's hidden --source option
+    names) as TINY_LAB: a cluster of 2 engines, a broadcast to solve on the ranks and a sum to
+    solve in the kernel, a check of each. It grades in seconds, where a real lab takes a minute:
+    the grader's behaviour when ranks fail or hang, or the kernel dies, needs no more. Its path."""
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# A lab in miniature"),
+        _code("import dplab\n\ncluster = dplab.start_cluster(2)\nrank0 = cluster.client[0]"),
+        _code("%%px\nimport numpy as np\nfrom mpi4py import MPI\n\ncomm = MPI.COMM_WORLD"),
+        _code("%%px\nbuf = np.full(4, float(rank))\n# HINT: overwrite every rank's buf with rank 0's\n"
+              f"### BEGIN SOLUTION\n{TINY_BROADCAST}\n### END SOLUTION\n"
+              "after_bcast = comm.allgather(buf.tolist())", "tiny-broadcast"),
+        _code(f"# HINT: the sum of 1 to 10\n### BEGIN SOLUTION\n{TINY_TOTAL}\n### END SOLUTION",
+              "tiny-total"),
+        _code("assert rank0['after_bcast'] == [[0.0] * 4] * 2, rank0['after_bcast']",
+              "tiny-check-broadcast", points=1),
+        _code("assert total == 55, total", "tiny-check-total", points=2),
+    ])
+    assert not solutions.check_notebook(nb, TINY_LAB), solutions.check_notebook(nb, TINY_LAB)
+    source.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, source / TINY_LAB)
+    return source / TINY_LAB
+
+
+def marked(mark: str) -> dict[int, str]:
+    """The live lab processes (tests.support.processes.lab_processes) that carry `mark` in MARK:
+    those a grader given that mark started, at any depth, also those that left its process tree
+    (the kit's guardian, ipyparallel's controller); never another test's."""
+    found = {}
+    for pid, cmd in lab_processes().items():
+        with contextlib.suppress(psutil.Error):
+            if psutil.Process(pid).environ().get(MARK) == mark:
+                found[pid] = cmd
+    return found
+
+
+def grader(notebook: Path, *args: str, engines: str = ENGINES, mark: str = "") -> dict:
     """subprocess keywords that run `python -m teach.grade` on the notebook with `engines`
-    engines and no other DPLAB_* setting of this shell."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
+    engines, no other DPLAB_* setting of this shell, and `mark` (if given) in MARK."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_") and k != MARK}
     return dict(args=[sys.executable, "-m", "teach.grade", str(notebook), *args],
-                env={**env, "DPLAB_ENGINES": engines})
+                env={**env, "DPLAB_ENGINES": engines, **({MARK: mark} if mark else {})})
 
 
-def grade(notebook: Path, *args: str, timeout: float = 600, engines: str = ENGINES) -> tuple[int, dict, str]:
-    """Run the grader; its exit status, JSON report and printout. Asserts that it left nothing."""
-    before = lab_processes()
+def grade(notebook: Path, *args: str, timeout: float = 600, engines: str = ENGINES,
+          source: Path | None = None) -> tuple[int, dict, str]:
+    """Run the grader (on the labs of `source`, if given, else the book's); its exit status,
+    JSON report and printout. Asserts that it left nothing: no process it started, at any depth."""
+    mark = uuid.uuid4().hex
     report = notebook.with_suffix(".json")
-    out = subprocess.run(**grader(notebook, "--json", str(report), *args, engines=engines),
+    where = ("--source", str(source)) if source else ()
+    out = subprocess.run(**grader(notebook, "--json", str(report), *where, *args, engines=engines, mark=mark),
                          capture_output=True, text=True, timeout=timeout)
-    left = {pid: cmd for pid, cmd in lab_processes().items() if pid not in before}
+    left = marked(mark)
     assert not left, f"the grader left {left}\n{out.stdout}"
     data = json.loads(report.read_text()) if report.exists() else {}
     assert not data.get("left_running"), out.stdout
