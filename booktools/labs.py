@@ -10,9 +10,12 @@
       "previewed_by": {"chapters/x": "why"},       pages before the lab that run its code
       "tied": [{"phrase": regex, "holds": expression}]
                                                    numbers the lab's prose restates from code
+      "proves": "MyST text"                        what the lab proves: its row of the landing
+                                                   page's table (`landing_table`)
     }
 
 Adding a lab is its notebook and its line in _toc.yml: every tool finds it through `labs()`.
+`python -m booktools.store` then records its time (benchmarks/results/lab_times.json).
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from pathlib import Path
 
 from booktools.pages import ROOT, toc
 
-KEYS = ("reads", "depends", "mistakes", "previewed_by", "tied")
+KEYS = ("reads", "depends", "mistakes", "previewed_by", "tied", "proves")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class Lab:
     mistakes: tuple[Mistake, ...] = ()
     previewed_by: dict[str, str] = field(default_factory=dict)
     tied: tuple[tuple[str, str], ...] = ()
+    proves: str = ""
 
     @property
     def name(self) -> str:
@@ -84,12 +88,28 @@ def facts(path: Path) -> Lab:
     except (KeyError, TypeError) as e:
         raise ValueError(f"{Path(path).name}: a malformed mistake or tied entry in its metadata ({e})")
     return Lab(Path(path), tuple(meta.get("reads", [])), dict(meta.get("depends", {})), mistakes,
-               dict(meta.get("previewed_by", {})), tied)
+               dict(meta.get("previewed_by", {})), tied, str(meta.get("proves", "")).strip())
 
 
 def labs(root: Path = ROOT) -> list[Lab]:
     """Every lab of the book, in reading order (_toc.yml)."""
     return [facts(page.path) for page in toc(root) if page.is_lab]
+
+
+def landing_table(seconds: dict[str, float], root: Path = ROOT) -> str:
+    """The landing page's table, in MyST: each lab of _toc.yml, what it proves (its metadata's
+    "proves") and its minutes from `seconds` (lab_times.json's, by stem). ValueError,
+    naming the lab, where either is missing."""
+    rows = ["| lab | what it proves | minutes |", "|---|---|---|"]
+    for found in labs(root):
+        if not found.proves:
+            raise ValueError(f"{found.name}: no \"proves\" in its metadata's \"dplab\": say in one "
+                             "sentence what the lab proves (the landing page's table shows it)")
+        if found.stem not in seconds:
+            raise ValueError(f"{found.name}: no time in lab_times.json: run python -m booktools.store "
+                             f"labs/{found.name}")
+        rows.append(f"| {{ref}}`lab-{found.number}` | {found.proves} | {seconds[found.stem] / 60:.1f} |")
+    return "\n".join(rows)
 
 
 def lab(name: str, root: Path = ROOT) -> Lab:

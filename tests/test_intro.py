@@ -1,28 +1,24 @@
 """The front page stays in step with the book: its lab table and its map of parts follow _toc.yml."""
 import dataclasses
 import importlib.util
+import json
 import re
 import sys
 
+import pytest
+
+import booktools.labs
+from booktools.labs import labs, landing_table
 from booktools.pages import ROOT, toc
 
 INTRO = ROOT / "intro.md"
-ROW = re.compile(r"^\| \{ref\}`lab-(\d+)` \|.*\{glue:text\}`min_(\w+?)(?::[^`]*)?` \|$", re.M)
+ROW = re.compile(r"^\| \{ref\}`lab-(\d+)` \| (.+) \| (\d+\.\d) \|$", re.M)
+TIMES = json.loads((ROOT / "benchmarks/results/lab_times.json").read_text())["labs"]
 
 
-def toc_labs() -> list[str]:
-    """The labs' file names (no folder, no suffix) in the order of _toc.yml."""
-    return [page.path.stem for page in toc() if page.is_lab]
-
-
-def table_labs(text: str) -> list[str]:
-    """The labs of the intro's table, in its order, as file names; each row's label and time
-    must name the same lab."""
-    labs = []
-    for number, name in ROW.findall(text):
-        assert int(name[:2]) == int(number), f"the row of lab-{number} glues the time of {name}"
-        labs.append(name)
-    return labs
+def toc_labs() -> list[int]:
+    """The labs' numbers in the order of _toc.yml."""
+    return [int(page.path.stem[:2]) for page in toc() if page.is_lab]
 
 
 def make_figure():
@@ -34,15 +30,24 @@ def make_figure():
 
 
 def test_intro_lab_table_lists_every_lab_of_the_toc_in_order():
-    assert table_labs(INTRO.read_text()) == toc_labs()
+    """The landing page glues its lab table (booktools.labs.landing_table): a row per lab of
+    _toc.yml, in its order, with what the lab proves and its time."""
+    assert "```{glue:md} lab_table\n:format: myst\n```" in INTRO.read_text()
+    rows = ROW.findall(landing_table(TIMES))
+    assert [int(number) for number, _, _ in rows] == toc_labs()
+    assert all(len(proves.split()) >= 8 for _, proves, _ in rows), rows
 
 
-def test_lab_table_check_catches_a_missing_row():
-    """The broken variant: the same table without Lab 5's row."""
-    text = INTRO.read_text()
-    broken = "\n".join(line for line in text.split("\n") if not line.startswith("| {ref}`lab-5`"))
-    assert broken != text
-    assert table_labs(broken) != toc_labs()
+def test_a_lab_without_what_it_proves_or_a_time_is_refused(monkeypatch):
+    """The broken variants: a lab whose metadata says nothing of what it proves, and one that
+    lab_times.json has no time for."""
+    every = labs()
+    monkeypatch.setattr(booktools.labs, "labs", lambda root=ROOT: [*every[:5], dataclasses.replace(every[5], proves="")])
+    with pytest.raises(ValueError, match=f"{every[5].name}: no \"proves\""):
+        landing_table(TIMES)
+    monkeypatch.setattr(booktools.labs, "labs", lambda root=ROOT: every)
+    with pytest.raises(ValueError, match=f"{every[5].name}: no time"):
+        landing_table({k: v for k, v in TIMES.items() if k != every[5].stem})
 
 
 def test_map_of_parts_is_drawn_from_the_current_toc_and_titles():
