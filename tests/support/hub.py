@@ -16,6 +16,8 @@ import pytest
 from dplab.cluster.network import free_port
 from dplab.cluster.processes import on_parent_death
 
+from tests.support.processes import named
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STATE = ROOT / "_build" / "hub"
 SAMPLE = ROOT / "hub" / "jupyterhub_config.py"
@@ -65,17 +67,6 @@ def command_lines(mark: str) -> list[str]:
     return out
 
 
-def describe(procs: list[psutil.Process]) -> list[str]:
-    """'pid name' of each process still alive."""
-    out = []
-    for proc in procs:
-        try:
-            out.append(f"{proc.pid} {proc.name()}")
-        except psutil.Error:
-            pass
-    return out
-
-
 def write_lab_settings(folder: pathlib.Path) -> pathlib.Path:
     """LAB_SETTINGS as JupyterLab's settings folder (JUPYTERLAB_SETTINGS_DIR); the folder."""
     for name, values in LAB_SETTINGS.items():
@@ -97,7 +88,7 @@ def stop_hub(hub: subprocess.Popen, mark: str) -> list[str]:
         killed = True
         hub.wait(STOP_S)
     _, alive = psutil.wait_procs(marked_processes(mark), timeout=STOP_S)
-    left = describe(alive)
+    left = named(alive)
     if left and killed:
         left.append(f"(the hub itself had not stopped {STOP_S} s after SIGTERM, and was killed)")
     for p in alive:
