@@ -119,7 +119,7 @@ def run_slurm(runs: list[tuple[str, Path, Path]], args, hide: list[Path], env: d
             cmd = " ".join(shlex.quote(a) for a in grade_command(notebook, report, args, hide))
             subprocess.run(["sbatch", "--parsable", f"--job-name={tag}", "--nodes=1", "--ntasks=1",
                             f"--cpus-per-task={args.cpus}", f"--time={minutes}",
-                            f"--output={logs / f'{i:03d}-{who}.out'}", f"--chdir={ROOT}",
+                            f"--output={slurm_log(logs, i, who)}", f"--chdir={ROOT}",
                             "--export=ALL", f"--wrap=exec {cmd}"],
                            check=True, capture_output=True, text=True, env=env, timeout=30)
         print(f"  {len(runs)} jobs submitted as {tag}", flush=True)
@@ -138,16 +138,20 @@ def run_slurm(runs: list[tuple[str, Path, Path]], args, hide: list[Path], env: d
             time.sleep(1)
 
 
-def load_report(notebook: Path, report: Path) -> grade.Report:
+def slurm_log(logs: Path, i: int, who: str) -> Path:
+    """Where SLURM writes the output of run i, learner who's."""
+    return logs / f"{i:03d}-{who}.out"
+
+
+def load_report(notebook: Path, report: Path, log: Path) -> grade.Report:
     """A run's report; where the run left none, one whose checks (the lab's) did not run, and
-    that says why."""
+    that says why, with the end of the run's output (`log`)."""
     if report.is_file():
         try:
             return grade.read_json(report)
         except (ValueError, TypeError, KeyError):
             pass
-    log = report.with_suffix(".log")
-    said = log.read_text()[-600:] if log.is_file() else ""
+    said = log.read_text(errors="replace")[-600:] if log.is_file() else ""
     ours = nbformat.read(lab(notebook.name).path, as_version=4)
     return grade.Report(notebook.name, grade.checks(ours), stopped="the grading run ended without a report "
                         "(killed at its time limit?)" + (f"; it said:\n{said}" if said else ""))
@@ -207,6 +211,8 @@ def main() -> int:
           f"{'' if args.no_sandbox else ', sandboxed'}", flush=True)
     t0 = time.monotonic()
     hide = hidden(folder, args.hide)
+    if not args.no_sandbox:
+        sandboxing.account()  # made once here, not by every job of a new machine at once
     if where == "slurm":
         run_slurm(runs, args, hide, env, logs)
     else:
@@ -215,8 +221,9 @@ def main() -> int:
 
     by_learner: dict[str, list[dict]] = {}
     rows = []
-    for who, notebook, report in runs:
-        r = load_report(notebook, report)
+    for i, (who, notebook, report) in enumerate(runs):
+        r = load_report(notebook, report, slurm_log(logs, i, who) if where == "slurm"
+                        else report.with_suffix(".log"))
         by_learner.setdefault(who, []).append(r)
         rows.append({"assignment": notebook.stem, "student_id": who, "raw_score": r.score,
                      "late_submission_penalty": 0.0, "score": r.score, "max_score": r.max_score})

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from booktools.pages import ROOT
@@ -50,14 +51,21 @@ def unavailable() -> str:
 
 
 def account() -> pwd.struct_passwd:
-    """ACCOUNT, made on first use: a system account with no home, shell or password."""
-    try:
-        return pwd.getpwnam(ACCOUNT)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
-                        "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", ACCOUNT],
-                       check=True, capture_output=True)
-        return pwd.getpwnam(ACCOUNT)
+    """ACCOUNT, made on first use: a system account with no home, shell or password. Runs that
+    start at once (a class's SLURM jobs on a new machine) may all try to make it: useradd fails
+    for all but one (the name is taken, or /etc/passwd is locked), so each tries again, bounded."""
+    for _ in range(20):
+        try:
+            return pwd.getpwnam(ACCOUNT)
+        except KeyError:
+            made = subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
+                                   "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin",
+                                   ACCOUNT], capture_output=True, text=True)
+            if made.returncode == 0:
+                return pwd.getpwnam(ACCOUNT)
+            said = made.stderr.strip()
+            time.sleep(0.5)
+    raise RuntimeError(f"could not make the sandbox's account {ACCOUNT}: useradd said {said!r}")
 
 
 def new_run(notebook: Path, support: list[Path]) -> Path:

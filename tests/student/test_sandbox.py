@@ -89,3 +89,17 @@ def test_the_sandbox_account_is_not_the_slurm_hub_tests_learner():
     from tests.support.slurm_hub import USER
 
     assert submissions.sandbox.ACCOUNT != USER
+
+
+def test_runs_that_start_at_once_on_a_new_machine_all_get_the_account():
+    """A class's SLURM jobs start together, and on a new machine each finds no sandbox account and
+    makes it: every one of them must get it (useradd fails for all but one)."""
+    from teach import sandbox
+
+    subprocess.run(["userdel", sandbox.ACCOUNT], capture_output=True)  # as on a new machine
+    code = "from teach import sandbox; print(sandbox.account().pw_name)"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    said = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, [err[-300:] for _, err in said]
+    assert [out.strip() for out, _ in said] == [sandbox.ACCOUNT] * 6
