@@ -3,7 +3,6 @@ run on each (benchmarks/results/test_torch.txt, which the intro page shows).
 
     python -m booktools.releases 2.8.0     # installs it once, prints the folder: .torch/2.8.0
     python -m booktools.releases --ends    # CI's two ends: 2.8.0 2.15.0
-    python -m booktools.releases --middle  # CI's middle release, picked by the tree
     python -m booktools.releases --all     # the newest patch of every supported minor release
 
 A release goes into .torch/X.Y.Z/ with `pip install --target`, once (a stamp file says it is
@@ -30,8 +29,8 @@ RELEASES = ROOT / ".torch"
 RESULTS = ROOT / "benchmarks" / "results" / "test_torch.txt"
 RESULT_LINE = re.compile(r"^torch (?P<torch>\S+) on (?P<on>\S+): (?P<verdict>.+?) \| (?P<when>.+)$")
 #: The newest patch of each minor release in the supported range, as PyPI lists them
-#: (`pip index versions torch`, 2026-12-02): what make test-torch-all sweeps and CI's middle
-#: release is picked from. A new patch or minor release is one edit here (tests/test_releases.py
+#: (`pip index versions torch`, 2026-12-02): what make test-torch-all sweeps. A new patch or
+#: minor release is one edit here (tests/test_releases.py
 #: checks that the table spans dplab.compat's range, one entry per minor release).
 NEWEST_PATCH = {"2.8": "2.8.0", "2.9": "2.9.1", "2.10": "2.10.0", "2.11": "2.11.0", "2.12": "2.12.1",
                 "2.13": "2.13.0", "2.14": "2.14.1", "2.15": "2.15.0"}
@@ -46,18 +45,6 @@ def ends() -> tuple[str, str]:
 
     low, new = supported_range()
     return NEWEST_PATCH[low], NEWEST_PATCH[new]
-
-
-def middle(reference: str) -> str:
-    """The middle release CI tests besides the two ends, picked by a hash of the repository's tree
-    (booktools.labs.by_tree): a given tree always tests the same one, and successive commits give
-    every release between the ends its turn. `reference` (the torch the stored outputs come from,
-    which make test runs anyway) is left out."""
-    from booktools.labs import by_tree
-
-    low, new = ends()
-    between = [v for v in NEWEST_PATCH.values() if v not in (low, new) and v != reference.split("+")[0]]
-    return by_tree(between, salt="torch")
 
 
 def folder(version: str) -> Path:
@@ -170,11 +157,8 @@ def record(version: str, on: str, verdict: str, results: Path = RESULTS) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if argv in (["--ends"], ["--middle"], ["--all"]):
-        from importlib.metadata import version as installed_version
-
-        picks = {"--ends": ends(), "--middle": (middle(installed_version("torch")),),
-                 "--all": tuple(NEWEST_PATCH.values())}
+    if argv in (["--ends"], ["--all"]):
+        picks = {"--ends": ends(), "--all": tuple(NEWEST_PATCH.values())}
         print(*picks[argv[0]])
         return 0
     if len(argv) != 1:

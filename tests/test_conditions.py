@@ -32,7 +32,7 @@ def test_each_condition_parses_from_its_spelling_and_says_what_it_sets(spelling,
 
 
 def test_a_second_learner_on_its_own_release_puts_that_release_first_on_its_own_pythonpath(monkeypatch):
-    """two=3@X: the pass keeps its torch, the second learner gets release X (CI's middle release
+    """two=3@X: the pass keeps its torch, the second learner gets release X (CI's lowest release
     rides on the newest release's pass this way)."""
     from booktools.releases import RELEASES
 
