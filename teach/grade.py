@@ -173,9 +173,9 @@ def load(path: Path, source_dir: Path):
 def grade(path: Path, *, timeout: float = NOTEBOOK_TIMEOUT_S, cell_timeout: float = CELL_TIMEOUT_S,
           source_dir: Path = ROOT / "labs", run_all: bool = False,
           sandbox: bool = False, hide: tuple[Path, ...] = ()) -> Report:
-    """Grade the notebook; with `sandbox`, its kernel runs as teach.sandbox's account, in a copy
-    of the notebook's folder with the files the lab reads, and sees none of `hide` (nor labs/,
-    .git/, root's home)."""
+    """Grade the notebook; with `sandbox`, its kernel runs as an account of teach.sandbox's pool,
+    in namespaces of its own, in a copy of the notebook's folder with the files the lab reads,
+    and sees none of `hide` (nor labs/, .git/, root's home), nor the runs graded beside it."""
     nb, edited = load(path, source_dir)
     if not sandbox:
         return run_checks(nb, edited, path, path.resolve().parent, timeout=timeout,
@@ -183,16 +183,19 @@ def grade(path: Path, *, timeout: float = NOTEBOOK_TIMEOUT_S, cell_timeout: floa
     from jupyter_client import AsyncKernelManager
     from jupyter_client.kernelspec import KernelSpecManager
 
-    run = sandboxing.new_run(path, [ROOT / read for read in facts(source_dir / path.name).reads])
-    specs = Path(tempfile.mkdtemp(prefix="dplab-kernelspec-"))
-    try:
-        name = sandboxing.write_kernelspec(specs, run, list(hide))
-        km = AsyncKernelManager(kernel_name=name, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]))
-        return run_checks(nb, edited, path, run / "labs", timeout=timeout, cell_timeout=cell_timeout,
-                          run_all=run_all, km=km)
-    finally:
-        shutil.rmtree(specs, ignore_errors=True)
-        shutil.rmtree(run, ignore_errors=True)
+    with sandboxing.lease() as who:
+        run = sandboxing.new_run(path, [ROOT / read for read in facts(source_dir / path.name).reads], who)
+        specs = Path(tempfile.mkdtemp(prefix="dplab-kernelspec-"))
+        try:
+            name = sandboxing.write_kernelspec(specs, run, list(hide), who)
+            # IPC sockets in the run's folder: the kernel's network namespace has only its loopback
+            km = AsyncKernelManager(kernel_name=name, transport="ipc", ip=sandboxing.ipc_prefix(run),
+                                    kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]))
+            return run_checks(nb, edited, path, run / "labs", timeout=timeout,
+                              cell_timeout=cell_timeout, run_all=run_all, km=km)
+        finally:
+            shutil.rmtree(specs, ignore_errors=True)
+            shutil.rmtree(run, ignore_errors=True)
 
 
 def run_checks(nb, edited: list[str], path: Path, folder: Path, *, timeout: float,
@@ -255,9 +258,9 @@ def main() -> int:
     ap.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT_S, help="seconds for one cell")
     ap.add_argument("--json", type=Path, help="also write the report here, as JSON")
     ap.add_argument("--all", action="store_true", help="run the cells after the last check too")
-    ap.add_argument("--sandbox", action="store_true", help="run the learner's code as the "
-                    f"unprivileged account {sandboxing.ACCOUNT}, blind to labs/ and each --hide "
-                    "folder (needs root; teach.sandbox)")
+    ap.add_argument("--sandbox", action="store_true", help="run the learner's code as an "
+                    f"unprivileged account ({sandboxing.ACCOUNT}-N), blind to labs/, each --hide "
+                    "folder and the runs graded beside it (needs root; teach.sandbox)")
     ap.add_argument("--hide", type=Path, action="append", default=[], metavar="FOLDER",
                     help="with --sandbox: a folder the learner's code must not see, e.g. the class's")
     ap.add_argument("--source", type=Path, default=ROOT / "labs", help=argparse.SUPPRESS)

@@ -211,8 +211,8 @@ def main() -> int:
           f"{'' if args.no_sandbox else ', sandboxed'}", flush=True)
     t0 = time.monotonic()
     hide = hidden(folder, args.hide)
-    if not args.no_sandbox:
-        sandboxing.account()  # made once here, not by every job of a new machine at once
+    if not args.no_sandbox:  # made here, not by every job of a new machine at once
+        sandboxing.accounts(len(runs))
     if where == "slurm":
         run_slurm(runs, args, hide, env, logs)
     else:

@@ -1,26 +1,42 @@
-"""A learner's kernel as an unprivileged account that sees none of the instructor's files.
+"""A learner's kernel as an unprivileged account that sees none of the instructor's files, and
+none of the runs graded beside it.
 
 `python -m teach.grade --sandbox` starts each notebook's kernel through this file: its
-kernelspec's argv is `unshare --mount ... teach/sandbox.py kernel ...` (run by its path, so that
-no folder a learner can write to is on root's module search path). Still root, in a mount
-namespace of its own, the script
-- mounts a fresh tmpfs on /tmp, where the run's own folder appears as /tmp/work and its home as
-  /tmp/home, and on /dev/shm;
-- hides the instructor's files under empty read-only tmpfs: root's home (but the Python
-  installation the venv runs on), the repository's labs/, .git/ and _build/, and each --hide
-  folder (the class: submissions, gradebook, reports);
-- drops to ACCOUNT, with no groups, capabilities or way back (setpriv), and execs the kernel in
-  /tmp/work/labs, with an environment of the DPLAB_* settings and what MPI and torch read.
-The engines the kernel starts inherit all of it. The grader itself stays outside, as the caller:
-learners' code can neither forge nor stop it, and it kills whatever the run left.
+kernelspec's argv is `unshare --mount --pid --net --ipc ... teach/sandbox.py kernel ...` (run by
+its path, so that no folder a learner can write to is on root's module search path). Each run
+is a world of its own:
+- an account of its own, leased from a pool (ACCOUNT-0, ACCOUNT-1, ...: `lease`), so that runs
+  graded at once cannot read, write or signal each other's files and processes;
+- a PID namespace, with its own /proc: the run sees only its own processes, and when its kernel
+  ends, everything it started ends with it (this script is the namespace's first process);
+- a network namespace with only its own loopback: the run's engines talk to each other, and
+  nothing else on the node (other runs' controllers, whatever listens there) is reachable. The
+  grader reaches the kernel over IPC sockets in the run's folder;
+- an IPC namespace, and fresh, size-bounded tmpfs on /tmp (where the run's own folder appears as
+  /tmp/work and its home as /tmp/home), /var/tmp, /dev/shm and /run/lock, gone with the run;
+- a bound on its processes and threads (RLIMIT_NPROC, per account).
+Still root, in those namespaces, the script also hides the instructor's files under empty
+read-only tmpfs: root's home (but the Python installation the venv runs on), the repository's
+labs/, .git/ and _build/, and each --hide folder (the class: submissions, gradebook, reports);
+then it drops to the run's account, with no groups, capabilities or way back (setpriv), and
+starts the kernel in /tmp/work/labs, with an environment of the DPLAB_* settings and what MPI
+and torch read. The grader itself stays outside, as the caller: learners' code can neither
+forge nor stop it, and it kills whatever the run left.
+What this does not protect against is in the README ("Grading: what the sandbox protects").
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import pwd
+import resource
 import shutil
+import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -30,9 +46,14 @@ from pathlib import Path
 from booktools.pages import ROOT
 
 ACCOUNT = "dplab-sandbox"  # not the hub tests' learner: they make and remove "dplab-learner"
+POOL = 16  # accounts ACCOUNT-0 .. ACCOUNT-15: at most this many runs graded at once on a node
+NPROC = 4096  # processes and threads of one run's account (a kernel and 8 engines use ~300)
+TMPFS = {"/tmp": "1g", "/var/tmp": "256m", "/dev/shm": "1g", "/run/lock": "1m"}  # a run's own
 SPOOL = Path("/var/tmp/dplab-grade")  # runs' folders: root's, mode 700; each run's, ACCOUNT's
 HIDDEN = [ROOT / "labs", ROOT / ".git", ROOT / "_build"]  # the solutions and their history
-KEEP_ENV = ("PATH", "JPY_PARENT_PID", "JPY_SESSION_NAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "CUDA_VISIBLE_DEVICES",
+# Not JPY_PARENT_PID: the kernel's parent is this script, the first process of its namespace, and
+# ipykernel takes a parent of pid 1 for a dead one; the kernel ends with the namespace anyway.
+KEEP_ENV = ("PATH", "JPY_SESSION_NAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "CUDA_VISIBLE_DEVICES",
             "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_CBWR", "ATEN_CPU_CAPABILITY")
 KEEP_PREFIXES = ("DPLAB_", "SLURM_", "TORCH_", "NCCL_", "GLOO_")
 
@@ -50,27 +71,84 @@ def unavailable() -> str:
     return ""
 
 
-def account() -> pwd.struct_passwd:
-    """ACCOUNT, made on first use: a system account with no home, shell or password. Runs that
-    start at once (a class's SLURM jobs on a new machine) may all try to make it: useradd fails
-    for all but one (the name is taken, or /etc/passwd is locked), so each tries again, bounded."""
-    for _ in range(20):
+def account(name: str = ACCOUNT) -> pwd.struct_passwd:
+    """The account `name`, made on first use: a system account with no home, shell or password.
+    Runs that start at once (a class's SLURM jobs on a new machine) may all try to make it:
+    useradd fails for all but one (the name is taken, or /etc/passwd is locked), so each tries
+    again, bounded."""
+    said = ""
+    for _ in range(40):
         try:
-            return pwd.getpwnam(ACCOUNT)
+            return pwd.getpwnam(name)
         except KeyError:
             made = subprocess.run(["useradd", "--system", "--user-group", "--no-create-home",
                                    "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin",
-                                   ACCOUNT], capture_output=True, text=True)
+                                   name], capture_output=True, text=True)
             if made.returncode == 0:
-                return pwd.getpwnam(ACCOUNT)
+                return pwd.getpwnam(name)
             said = made.stderr.strip()
             time.sleep(0.5)
-    raise RuntimeError(f"could not make the sandbox's account {ACCOUNT}: useradd said {said!r}")
+    raise RuntimeError(f"could not make the sandbox's account {name}: useradd said {said!r}")
 
 
-def new_run(notebook: Path, support: list[Path]) -> Path:
-    """A fresh run folder in SPOOL, ACCOUNT's: labs/ with the notebook, and the other files the
-    lab reads at the handout's places (chapters/ for Lab 5)."""
+def accounts(n: int) -> list[str]:
+    """The first n accounts of the pool, made now where missing (before a class's jobs start)."""
+    names = [f"{ACCOUNT}-{i}" for i in range(min(n, POOL))]
+    for name in names:
+        account(name)
+    return names
+
+
+@contextlib.contextmanager
+def lease():
+    """An account of the pool that no other run on this machine holds, for as long as the
+    `with` block runs (a lock file in SPOOL, which the kernel dies with: a grader killed with
+    SIGKILL frees its account)."""
+    SPOOL.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for i in range(POOL):
+        lock = open(SPOOL / f"account-{i}.lock", "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        name = f"{ACCOUNT}-{i}"
+        try:
+            account(name)
+            _end_processes_of(name)  # a run killed with its grader may have left some
+            yield name
+        finally:
+            _end_processes_of(name)
+            lock.close()
+        return
+    raise RuntimeError(f"all {POOL} sandbox accounts are in use on this machine: grade fewer "
+                       "notebooks at once here (fewer SLURM jobs per node)")
+
+
+def _end_processes_of(name: str) -> None:
+    import psutil
+
+    uid = pwd.getpwnam(name).pw_uid
+    left = [p for p in psutil.process_iter() if _uid(p) == uid]
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(left, timeout=10)
+
+
+def _uid(p) -> int | None:
+    import psutil
+
+    try:
+        return p.uids().real
+    except psutil.Error:
+        return None
+
+
+def new_run(notebook: Path, support: list[Path], who: str = ACCOUNT) -> Path:
+    """A fresh run folder in SPOOL, account `who`'s: labs/ with the notebook, the other files the
+    lab reads at the handout's places (chapters/ for Lab 5), and ipc/, where the kernel's
+    sockets will be."""
     SPOOL.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(SPOOL, 0o700)
     for old in SPOOL.glob("run-*-*"):  # a grader killed with SIGKILL could not remove its own
@@ -79,6 +157,7 @@ def new_run(notebook: Path, support: list[Path]) -> Path:
             shutil.rmtree(old, ignore_errors=True)
     run = Path(tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=SPOOL))
     (run / "labs").mkdir()
+    (run / "ipc").mkdir()
     shutil.copyfile(notebook, run / "labs" / notebook.name)
     for path in support:
         target = run / path.relative_to(ROOT)
@@ -87,19 +166,28 @@ def new_run(notebook: Path, support: list[Path]) -> Path:
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
-    who = account()
+    user = account(who)
     for folder, dirs, files in os.walk(run):
         for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
-            os.chown(name, who.pw_uid, who.pw_gid)
+            os.chown(name, user.pw_uid, user.pw_gid)
     os.chmod(run, 0o700)
+    os.chmod(run / "ipc", 0o700)
     return run
 
 
-def write_kernelspec(spec_dir: Path, run: Path, hide: list[Path]) -> str:
-    """A kernelspec in spec_dir that starts the sandboxed kernel for `run`; its name."""
+def ipc_prefix(run: Path) -> str:
+    """The path prefix of the kernel's IPC sockets (jupyter_client's `ip` with transport ipc)."""
+    return str(run / "ipc" / "kernel")
+
+
+def write_kernelspec(spec_dir: Path, run: Path, hide: list[Path], who: str = ACCOUNT) -> str:
+    """A kernelspec in spec_dir that starts the sandboxed kernel for `run`, as account `who`; its
+    name. unshare makes the namespaces and forks this script as the PID namespace's first
+    process (--kill-child: it dies with unshare, even by SIGKILL, and everything with it)."""
     name = "dplab-sandbox"
-    argv = ["unshare", "--mount", "--propagation", "private", sys.executable, str(Path(__file__).resolve()),
-            "kernel", "--run", str(run)]
+    argv = ["unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child",
+            "--mount-proc", "--net", "--ipc", sys.executable, str(Path(__file__).resolve()),
+            "kernel", "--run", str(run), "--account", who]
     for path in hide:
         argv += ["--hide", str(Path(path).resolve())]
     (spec_dir / name).mkdir(parents=True, exist_ok=True)
@@ -113,27 +201,42 @@ def mount(*args: str) -> None:
     subprocess.run(["mount", *args], check=True)
 
 
-def kernel(run: Path, hide: list[Path], connection_file: Path) -> None:
-    """In the new mount namespace, as root: build the learner's view, then become ACCOUNT and
-    exec the kernel (never returns)."""
-    who = account()
+def loopback_up() -> None:
+    """Bring this network namespace's loopback interface up (it starts down)."""
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s, siocgifflags, request))[1]
+        fcntl.ioctl(s, siocsifflags, struct.pack("16sH22x", b"lo", flags | iff_up))
+
+
+def kernel(run: Path, hide: list[Path], connection_file: Path, who: str = ACCOUNT) -> int:
+    """In the new namespaces, as root and as their first process: build the learner's view,
+    then start the kernel as account `who` and wait for it, reaping whatever else ends; the
+    kernel's exit status (when this process ends, every process left in the namespace ends)."""
+    user = account(who)
     connection = connection_file.read_bytes()  # in root's runtime folder, hidden below
+    loopback_up()
     # What the kernel runs on, if a mount below hides it: the Python installation, the venv,
-    # and this repository (its kit). Held aside, in the run folder, until it is back in place.
-    replaced = [Path("/tmp"), Path("/dev/shm"), Path.home().resolve(), *hide]
+    # and this repository (its kit); and the run's own folder. Held aside in /run, which no
+    # mount below replaces, until they are back in place.
+    replaced = [*(Path(t) for t in TMPFS), Path.home().resolve(), *hide]
     needed = [Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), ROOT]
     needed = [p for p in needed if not any(p != q and p.is_relative_to(q) for q in needed)]
     kept = [p for p in dict.fromkeys(needed) if any(p.is_relative_to(r) for r in replaced)]
-    aside = run / ".keep"
+    aside = Path(tempfile.mkdtemp(prefix="dplab-sandbox-", dir="/run"))
+    (aside / "run").mkdir()
+    mount("--bind", str(run), str(aside / "run"))
     for i, path in enumerate(kept):
-        (aside / str(i)).mkdir(parents=True)
+        (aside / str(i)).mkdir()
         mount("--bind", str(path), str(aside / str(i)))
-    mount("-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "tmpfs", "/tmp")
-    mount("-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "tmpfs", "/dev/shm")
+    for where, size in TMPFS.items():
+        if Path(where).is_dir():
+            mount("-t", "tmpfs", "-o", f"mode=1777,nosuid,nodev,size={size}", "tmpfs", where)
     work, home = Path("/tmp/work"), Path("/tmp/home")
     for folder in (work, home):
         folder.mkdir()
-    mount("--bind", str(run), str(work))
+    mount("--bind", str(aside / "run"), str(work))
     hidden = [Path.home().resolve(), *hide]
     for path in hidden:
         if path.is_dir():
@@ -142,6 +245,11 @@ def kernel(run: Path, hide: list[Path], connection_file: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
         mount("--move", str(aside / str(i)), str(path))
         mount("-o", "remount,bind,ro", str(path))
+    # the kernel's sockets, where the grader's connection file says they are
+    ipc = Path(ipc_prefix(run)).parent
+    ipc.mkdir(parents=True, exist_ok=True)
+    mount("--bind", str(work / "ipc"), str(ipc))
+    subprocess.run(["umount", str(aside / "run")], check=True)
     shutil.rmtree(aside)
     for path in HIDDEN:  # in this repository, where it is now
         if path.is_dir():
@@ -150,18 +258,35 @@ def kernel(run: Path, hide: list[Path], connection_file: Path) -> None:
     for path in hidden:
         if path.is_dir():
             mount("-o", "remount,ro", str(path))
+    # this machine's name means the loopback here: MPI's launcher connects to it
+    hosts = work / ".hosts"
+    hosts.write_text(f"127.0.0.1 localhost {socket.gethostname()}\n::1 localhost\n")
+    mount("--bind", str(hosts), "/etc/hosts")
     mine = work / ".connection.json"
     mine.write_bytes(connection)
     for path in (mine, home):
-        os.chown(path, who.pw_uid, who.pw_gid)
+        os.chown(path, user.pw_uid, user.pw_gid)
     os.chmod(mine, 0o600)
     env = {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith(KEEP_PREFIXES)}
-    env.update(HOME=str(home), USER=ACCOUNT, LOGNAME=ACCOUNT, TMPDIR="/tmp")
+    env.update(HOME=str(home), USER=user.pw_name, LOGNAME=user.pw_name, TMPDIR="/tmp")
     os.chdir(work / "labs")
-    os.execvpe("setpriv", ["setpriv", f"--reuid={who.pw_uid}", f"--regid={who.pw_gid}",
-                           "--clear-groups", "--no-new-privs", "--inh-caps=-all",
-                           "--bounding-set=-all", sys.executable, "-m", "ipykernel_launcher",
-                           "-f", str(mine)], env)
+    resource.setrlimit(resource.RLIMIT_NPROC, (NPROC, NPROC))  # counted per account
+    child = os.fork()
+    if child == 0:
+        os.execvpe("setpriv", ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
+                               "--clear-groups", "--no-new-privs", "--inh-caps=-all",
+                               "--bounding-set=-all", sys.executable, "-m", "ipykernel_launcher",
+                               "-f", str(mine)], env)
+    # The first process of the namespace: the kernel gets the interrupts; this one reaps.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(child, signal.SIGTERM))
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            return 1
+        if pid == child:
+            return os.waitstatus_to_exitcode(status)
 
 
 def main() -> int:
@@ -170,12 +295,12 @@ def main() -> int:
     k = sub.add_parser("kernel", help="(the kernelspec's argv, under unshare --mount)")
     k.add_argument("--run", type=Path, required=True)
     k.add_argument("--hide", type=Path, action="append", default=[])
+    k.add_argument("--account", default=ACCOUNT)
     k.add_argument("connection_file", type=Path)
     args = ap.parse_args()
     if unavailable():
         sys.exit(unavailable())
-    kernel(args.run, args.hide, args.connection_file)
-    return 1
+    return kernel(args.run, args.hide, args.connection_file, args.account)
 
 
 if __name__ == "__main__":

@@ -96,10 +96,23 @@ def test_runs_that_start_at_once_on_a_new_machine_all_get_the_account():
     makes it: every one of them must get it (useradd fails for all but one)."""
     from teach import sandbox
 
-    subprocess.run(["userdel", sandbox.ACCOUNT], capture_output=True)  # as on a new machine
-    code = "from teach import sandbox; print(sandbox.account().pw_name)"
+    name = f"{sandbox.ACCOUNT}-0"
+    subprocess.run(["userdel", name], capture_output=True)  # as on a new machine
+    code = f"from teach import sandbox; print(sandbox.account({name!r}).pw_name)"
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(6)]
     said = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0] * 6, [err[-300:] for _, err in said]
-    assert [out.strip() for out, _ in said] == [sandbox.ACCOUNT] * 6
+    assert [out.strip() for out, _ in said] == [name] * 6
+
+
+def test_runs_graded_at_once_each_lease_an_account_of_their_own():
+    """Two runs on one machine never share an account; one ended frees its account."""
+    from teach import sandbox
+
+    with sandbox.lease() as a, sandbox.lease() as b:
+        assert a != b and a.startswith(sandbox.ACCOUNT) and b.startswith(sandbox.ACCOUNT)
+        with sandbox.lease() as c:
+            assert c not in (a, b)
+    with sandbox.lease() as again:
+        assert again == a

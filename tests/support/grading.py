@@ -127,9 +127,9 @@ print("nothing reached")"""
 
 
 def learner_processes() -> list[int]:
-    """Every live process of the sandbox's account (teach.sandbox)."""
+    """Every live process of the sandbox's accounts (teach.sandbox's pool)."""
     return [p.pid for p in psutil.process_iter(["username"])
-            if p.info["username"] == sandbox.ACCOUNT]
+            if (p.info["username"] or "").startswith(sandbox.ACCOUNT)]
 
 
 def picked(variable: str, salt: str) -> list[Lab]:
