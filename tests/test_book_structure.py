@@ -60,21 +60,48 @@ def test_lab_is_stored_with_outputs_and_without_machine_paths(page):
     assert not MACHINE_PATH.search(page.text), f"{page.path.name} contains a machine path"
 
 
-@pytest.mark.parametrize("page", LABS, ids=lambda p: p.path.name)
-def test_cells_whose_output_is_ignored_still_assert(page):
-    """A timing cell's output is not compared, so an assert must follow in it, in the run of
-    output-ignored cells it belongs to, or in the first compared cell after that run."""
-    path = page.path
-    code = page.code_cells
+#: What a cell whose output nbval does not compare may do instead of checking: show a result the
+#: learner reads. A figure, a takeaway, or a measurement printed as one (dplab.timing.measured
+#: keeps it; issue 61: a timing that a shared machine moves past any band that would still catch
+#: its mistake is printed, not asserted, and an assert that cannot fail is a defect).
+REPORTS = ("plt.show(", "takeaway(", "measured(", "machine()")
+
+
+def silent_ignored_cells(code) -> list[str]:
+    """The output-ignored cells (nbval-ignore-output) that neither check nor report: no assert
+    in the cell, in the run of output-ignored cells it belongs to, or in the first compared cell
+    after that run, and none of REPORTS in the cell itself. Each cell's first lines."""
     ignored = ["nbval-ignore-output" in c.tags for c in code]
+    silent = []
     for i, cell in enumerate(code):
-        assert "nbval-skip" not in cell.tags, f"{path.name}: a skipped cell"
-        if not ignored[i]:
+        if not ignored[i] or any(r in cell.source for r in REPORTS):
             continue
         j = i
         while j + 1 < len(code) and ignored[j] and "assert" not in code[j].source:
             j += 1
-        assert "assert" in code[j].source, f"{path.name}: an output-ignored cell checks nothing:\n{cell.source[:200]}"
+        if "assert" not in code[j].source:
+            silent.append(cell.source[:200])
+    return silent
+
+
+@pytest.mark.parametrize("page", LABS, ids=lambda p: p.path.name)
+def test_cells_whose_output_is_ignored_check_or_report(page):
+    """A cell whose output is not compared checks something or reports a result; never skipped."""
+    assert not [c for c in page.code_cells if "nbval-skip" in c.tags], f"{page.path.name}: a skipped cell"
+    silent = silent_ignored_cells(page.code_cells)
+    assert not silent, f"{page.path.name}: output-ignored cells that check nothing:\n" + "\n--\n".join(silent)
+
+
+def test_an_ignored_cell_that_neither_checks_nor_reports_is_caught():
+    """The rule above, on its broken variant: a timing cell whose assert was removed and that
+    reports nothing is caught; with an assert after it, or a takeaway in it, it passes."""
+    from types import SimpleNamespace as Cell
+
+    ignored = ["nbval-ignore-output"]
+    timing = Cell(source="t = time_it()\nprint(t)", tags=ignored)
+    assert silent_ignored_cells([timing, Cell(source="x = 1", tags=[])]) == [timing.source]
+    assert silent_ignored_cells([timing, Cell(source="assert t < 1", tags=[])]) == []
+    assert silent_ignored_cells([Cell(source="takeaway(f'{t}')", tags=ignored)]) == []
 
 
 def test_readme_timing_tables_are_the_saved_results():

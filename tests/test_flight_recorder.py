@@ -61,6 +61,23 @@ def test_buffers_that_cannot_be_analysed_say_what_to_rerun(tmp_path, monkeypatch
     assert flight.check_folder(str(tmp_path)) == [0, 1]
 
 
+def test_only_a_missing_analyzer_is_the_error_lab_5_expects(tmp_path, monkeypatch):
+    """Lab 5 catches AnalyzerMissing alone: a truncated or missing buffer, or an analyzer that
+    fails, is a FlightRecordsError of another kind, and fails the lab's cell."""
+    import importlib.util
+
+    write(tmp_path, 0)
+    with pytest.raises(flight.FlightRecordsError) as lost:
+        flight.analyze(str(tmp_path))  # rank 1's buffer is missing
+    assert not isinstance(lost.value, flight.AnalyzerMissing)
+    write(tmp_path, 1)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == flight.ANALYZER.rsplit(".", 1)[0] else real(name, *a))
+    with pytest.raises(flight.AnalyzerMissing, match="has no Flight Recorder analyzer"):
+        flight.analyze(str(tmp_path))
+
+
 def recorded(name: str) -> dict:
     """One rank's buffer, as torch 2.13 dumps it, holding one collective `name` of the default group."""
     entry = {"frames": [], "record_id": 0, "pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": 1,

@@ -57,3 +57,22 @@ def test_median_se_matches_the_spread_of_medians_and_ignores_an_outlier():
     assert median_se(d) < 2 * median_se(draws[0])
     assert median_se(draws[0], relative=True) == pytest.approx(
         median_se(draws[0]) / np.median(draws[0]))
+
+
+def test_the_side_file_keeps_a_check_with_its_band_and_a_measurement_as_printed_only(tmp_path, monkeypatch):
+    """make test-load's table: a timing check with its value and band, a printed timing as
+    printed only; nothing is kept where the lab has no artifacts/ folder (a test's run)."""
+    import json
+
+    from booktools.run import band_text
+    from dplab import timing
+
+    monkeypatch.chdir(tmp_path)
+    assert timing.in_band("c", 3.0, 0.5, 2.0) is False and timing.measured("m", 0.25) == 0.25
+    assert not (tmp_path / timing.BANDS_FILE).exists()
+    (tmp_path / "artifacts").mkdir()
+    timing.in_band("c", 3.0, 0.5, 2.0)
+    timing.measured("m", 0.25)
+    kept = json.loads((tmp_path / timing.BANDS_FILE).read_text())
+    assert band_text(kept["c"]) == "3 OUT of [0.5, 2]"
+    assert band_text(kept["m"]) == "0.25 printed only"

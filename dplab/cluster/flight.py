@@ -48,6 +48,11 @@ class FlightRecordsError(RuntimeError):
     """Flight Recorder buffers that cannot be analysed; the message says what to re-run."""
 
 
+class AnalyzerMissing(FlightRecordsError):
+    """This torch has no Flight Recorder analyzer (before ANALYZER_SINCE): the buffers are saved
+    and complete, and a newer torch can analyse them. The one FlightRecordsError a lab may expect."""
+
+
 def torch_problem() -> str | None:
     """Why this torch cannot record Gloo's collectives for the analyzer, or None if it can."""
     try:
@@ -278,7 +283,7 @@ def analyze(folder: str | None = None, timeout: float = 60) -> FlightAnalysis:
     if importlib.util.find_spec(ANALYZER.rsplit(".", 1)[0]) is None:
         import torch
 
-        raise FlightRecordsError(
+        raise AnalyzerMissing(
             f"torch {torch.__version__.split('+')[0]} has no Flight Recorder analyzer ({ANALYZER}, in torch "
             f"{ANALYZER_SINCE} and later): the buffers are saved; analyse them with a newer torch: "
             f"python -m {ANALYZER} FOLDER -p {PREFIX}")
