@@ -13,7 +13,8 @@ parent is no longer the kernel (it died while a process it forked still holds th
 guardian records the MPICH files the cluster's processes hold open, cancels the cluster's SLURM
 job if it has one (by its name, among this user's jobs), ends every process that carries the
 cluster's id in IPP_CLUSTER_ID (the controller and its schedulers, mpiexec, hydra's proxies,
-the engines: SIGTERM, then SIGKILL `GRACE_S` later), removes the files, and exits. Another
+the engines: the engines are stopped before the look, so that none makes a file after it, then
+killed; the others get SIGTERM, then SIGKILL `GRACE_S` later), removes the files, and exits. Another
 learner's cluster has another id, and another user's processes cannot be read.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ import sys
 import time
 
 from .errors import ClusterError
-from .processes import cluster_processes, end, left_behind, remove
+from .processes import cluster_processes, end, freeze, is_engine, left_behind, reap, remove
 
 GRACE_S = 1.0  # the controller removes its connection files on SIGTERM; what is left then is killed
 POLL_S = 1.0  # how often the guardian checks that its parent is still the kernel
@@ -152,9 +153,17 @@ def wait_for_the_kernel(kernel: int) -> list[str] | None:
 def end_cluster(cluster_id: str, job_name: str | None, paths: list[str]) -> None:
     """End every process of the cluster and its SLURM job; remove its files."""
     procs = cluster_processes(cluster_id)
-    paths = [*paths, *left_behind(procs)]  # MPICH's files: read before anyone is killed
+    # MPICH's files, read before anyone is killed, with the engines stopped: a rank that made a
+    # segment after the look left it (a clean clone's make test, once). Stopped, they would sit
+    # out SIGTERM's grace, so they are killed at once; the controller, its schedulers and
+    # mpiexec get SIGTERM's grace (the controller removes its connection files).
+    engines = [p for p in procs if is_engine(p)]
+    freeze(engines)
+    paths = [*paths, *left_behind(procs)]
     if job_name:
         _slurm("scancel", job_name)
+    reap(engines, 0)
+    procs = cluster_processes(cluster_id)
     for _ in range(LOOKS):
         if not procs:
             break
