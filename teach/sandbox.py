@@ -250,7 +250,9 @@ def kernel(run: Path, hide: list[Path], connection_file: Path, who: str = ACCOUN
     ipc.mkdir(parents=True, exist_ok=True)
     mount("--bind", str(work / "ipc"), str(ipc))
     subprocess.run(["umount", str(aside / "run")], check=True)
-    shutil.rmtree(aside)
+    for folder in aside.iterdir():  # empty now; rmdir, never rmtree: a mount left would be emptied
+        folder.rmdir()
+    aside.rmdir()
     for path in HIDDEN:  # in this repository, where it is now
         if path.is_dir():
             mount("-t", "tmpfs", "-o", "mode=755,size=1m", "tmpfs", str(path))
