@@ -71,7 +71,7 @@ def unavailable() -> str:
     return ""
 
 
-def account(name: str = ACCOUNT) -> pwd.struct_passwd:
+def account(name: str) -> pwd.struct_passwd:
     """The account `name`, made on first use: a system account with no home, shell or password.
     Runs that start at once (a class's SLURM jobs on a new machine) may all try to make it:
     useradd fails for all but one (the name is taken, or /etc/passwd is locked), so each tries
@@ -128,24 +128,14 @@ def lease():
 def _end_processes_of(name: str) -> None:
     import psutil
 
+    from dplab.cluster.processes import reap
+
     uid = pwd.getpwnam(name).pw_uid
-    left = [p for p in psutil.process_iter() if _uid(p) == uid]
-    for p in left:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(left, timeout=10)
+    reap([p for p in psutil.process_iter(["uids"])
+          if p.info["uids"] and p.info["uids"].real == uid], 0)
 
 
-def _uid(p) -> int | None:
-    import psutil
-
-    try:
-        return p.uids().real
-    except psutil.Error:
-        return None
-
-
-def new_run(notebook: Path, support: list[Path], who: str = ACCOUNT) -> Path:
+def new_run(notebook: Path, support: list[Path], who: str) -> Path:
     """A fresh run folder in SPOOL, account `who`'s: labs/ with the notebook, the other files the
     lab reads at the handout's places (chapters/ for Lab 5), and ipc/, where the kernel's
     sockets will be."""
@@ -180,7 +170,7 @@ def ipc_prefix(run: Path) -> str:
     return str(run / "ipc" / "kernel")
 
 
-def write_kernelspec(spec_dir: Path, run: Path, hide: list[Path], who: str = ACCOUNT) -> str:
+def write_kernelspec(spec_dir: Path, run: Path, hide: list[Path], who: str) -> str:
     """A kernelspec in spec_dir that starts the sandboxed kernel for `run`, as account `who`; its
     name. unshare makes the namespaces and forks this script as the PID namespace's first
     process (--kill-child: it dies with unshare, even by SIGKILL, and everything with it)."""
@@ -210,7 +200,7 @@ def loopback_up() -> None:
         fcntl.ioctl(s, siocsifflags, struct.pack("16sH22x", b"lo", flags | iff_up))
 
 
-def kernel(run: Path, hide: list[Path], connection_file: Path, who: str = ACCOUNT) -> int:
+def kernel(run: Path, hide: list[Path], connection_file: Path, who: str) -> int:
     """In the new namespaces, as root and as their first process: build the learner's view,
     then start the kernel as account `who` and wait for it, reaping whatever else ends; the
     kernel's exit status (when this process ends, every process left in the namespace ends)."""
@@ -297,7 +287,7 @@ def main() -> int:
     k = sub.add_parser("kernel", help="(the kernelspec's argv, under unshare --mount)")
     k.add_argument("--run", type=Path, required=True)
     k.add_argument("--hide", type=Path, action="append", default=[])
-    k.add_argument("--account", default=ACCOUNT)
+    k.add_argument("--account", required=True)
     k.add_argument("connection_file", type=Path)
     args = ap.parse_args()
     if unavailable():
