@@ -16,7 +16,7 @@ conditions start runs beside it. Any other pass (or any with --asserts-only) exe
 asserts only, in a copy of the labs of its own (booktools.learners), with nothing left running
 after each lab. Each lab's verdict is said as it comes (and appended to --log). Then a table
 lab x pass with each timing check's value and band under its lab (dplab.timing.in_band's
-records), and 'N passed, M failed'. Exit status: 1 if anything failed, 2 if a pass was refused
+records), each failure again in a line, and 'N passed, M failed'. Exit status: 1 if anything failed, 2 if a pass was refused
 before anything started.
 
 One timeout rule, booktools.notebooks': a cell CELL_TIMEOUT_S, a lab NOTEBOOK_TIMEOUT_S (nbval
@@ -379,6 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     failed = sum(not r.passed for r in rows) + sum(not o.ok and not o.rows for o in outcomes)
     passed = sum(r.passed for r in rows) + sum(o.ok and not o.rows for o in outcomes)
     say("")
+    # the failures again, last: CI shows a run's last lines only, and the table can be long
+    for r in rows:
+        if not r.passed:
+            say(f"FAILED {r.said()}")
     say(f"{passed} passed, {failed} failed")
     return 0 if all(o.ok for o in outcomes) else 1
 

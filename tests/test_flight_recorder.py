@@ -168,3 +168,33 @@ def test_torchs_default_ring_is_the_one_lab_5_states():
     release = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
     since = tuple(int(x) for x in flight.DEFAULT_RING_SINCE.split("."))
     assert int(default[1]) == (flight.DEFAULT_RING if release >= since else 0), (torch.__version__, default[1])
+
+
+SAVE_AND_EXIT = """\
+import os, sys, threading, time
+from dplab.cluster import flight
+folder = sys.argv[1]
+def rank0():  # a rank that answers the request
+    while not os.path.exists(flight.request_file(folder)):
+        time.sleep(0.01)
+    with open(flight.buffer_file(folder, 0), "wb") as f:
+        f.write(b"a buffer")
+threading.Thread(target=rank0, daemon=True).start()
+out, saved = flight.collect(folder, [0], timeout=10)
+print(out, saved, os.path.isfile(os.path.join(out, "rank_0")))
+"""
+
+
+def test_the_saved_buffers_outlive_the_cluster_but_not_the_kernel(tmp_path):
+    """collect()'s folder is read after the cluster is gone; the process that made it (the
+    kernel) removes it as it exits, so that no kernel leaves a dplab-flight-* folder behind."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = subprocess.run([sys.executable, "-c", SAVE_AND_EXIT, str(tmp_path)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    folder, saved, copied = out.stdout.split()
+    assert (saved, copied) == ("[0]", "True"), out.stdout  # saved while the process ran
+    assert Path(folder).name.startswith("dplab-flight-") and not Path(folder).exists(), folder

@@ -161,8 +161,11 @@ def test_torchrun_workers_listen_on_loopback_only_except_the_rendezvous_stores(t
         sockets = {p.pid: listening([p]) for p in [agent, *workers]}
         # Gloo was told the loopback interface (it may find loopback by itself, but not on every host)
         ifnames = {w.environ().get("GLOO_SOCKET_IFNAME") for w in workers}
+        made = os.listdir(job.tmp)
         job.kill()
     assert ifnames == {network.loopback_interface()}
+    # torchrun's log folder went into the job's own folder, which the with block removed
+    assert any(name.startswith("torchelastic_") for name in made) and not os.path.exists(job.tmp), made
     # the documented exceptions: the agent's rendezvous store, and the one rank 0 hosts for the workers
     stores = {(agent.pid, 1), (rank0.pid, 1)}
     exposed = {(pid, len([s for s in found if not is_loopback(s[1])])) for pid, found in sockets.items()}

@@ -113,6 +113,8 @@ def test_each_verdict_is_logged_as_it_comes_and_the_limit_holds(at_their_limits)
     assert verdicts[1].startswith(f"c_slow.ipynb [p=3]: FAIL: not finished within the {LIMIT_S} s limit"), lines
     assert verdicts[2] == f"d_after.ipynb [p=3]: FAIL: not started within the {LIMIT_S} s limit", lines
     assert lines[-1] == "1 passed, 2 failed", lines
+    # the failures again at the end, where CI's tail shows them
+    assert lines[-3:-1] == ["FAILED " + verdicts[1], "FAILED " + verdicts[2]], lines
     assert asserts.took < LIMIT_S + 45, f"the limit did not hold: {asserts.took:.0f} s"
     assert wait_until_gone(descendants() - before, timeout=5) == set()
 

@@ -8,13 +8,15 @@ while the rank's main thread is blocked in a Gloo collective, which releases the
 - engine side: `answer_requests(folder, rank)`, and `write_dump(path)`, which fills in the
   table of process groups that torch leaves empty for Gloo (`fill_in_groups`);
 - watch side: `collect(folder, ranks)` asks every rank for its buffer when the watch gives up on
-  stuck ranks, and copies what arrives to a folder that outlives the cluster, as `rank_<r>`;
+  stuck ranks, and copies what arrives to a folder that outlives the cluster, as `rank_<r>`
+  (removed when the process that made it, the kernel, exits);
 - `analyze(folder)` runs torch's analyzer (torch.distributed.flight_recorder.fr_trace) on it,
   and names the ranks it blames.
 """
 from __future__ import annotations
 
 import ast
+import atexit
 import os
 import pickle
 import re
@@ -173,6 +175,8 @@ def collect(folder: str, ranks: list[int], timeout: float = COLLECT_S) -> tuple[
     if not saved:
         return None, []
     out = tempfile.mkdtemp(prefix="dplab-flight-")
+    # the learner reads it after the cluster is gone; nothing reads it after the kernel is
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
     for r in saved:
         shutil.copyfile(files[r], os.path.join(out, f"{PREFIX}{r}"))
     last_records = out

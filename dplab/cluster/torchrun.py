@@ -7,7 +7,8 @@
     job.returncode, job.seconds, job.stderr
 
 Leaving the `with` block on an error, or passing the timeout, kills torchrun's agent and every
-worker, so no process outlives the job.
+worker, so no process outlives the job. The job's temporary files (torchrun's log folder, made
+under TMPDIR) go into a folder of the job's own, removed when the `with` block ends.
 
 The job runs on this node: the workers' Gloo and NCCL sockets listen on loopback only. torchrun's
 rendezvous stores (the agent's, and rank 0's with TORCH_DISABLE_SHARE_RDZV_TCP_STORE) listen on
@@ -17,9 +18,11 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -59,8 +62,11 @@ class TorchrunJob:
         self._lines: queue.Queue = queue.Queue()
         self._t0 = time.monotonic()
         self._deadline = self._t0 + timeout
+        # torchrun makes a torchelastic_* log folder under TMPDIR and leaves it: make it here
+        self.tmp = tempfile.mkdtemp(prefix="dplab-torchrun-")
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env={**torchrun_env(), **(env or {})}, start_new_session=True)
+                                     env={**torchrun_env(), "TMPDIR": self.tmp, **(env or {})},
+                                     start_new_session=True)
         self._readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.stdout, True), daemon=True),
                          threading.Thread(target=self._read, args=(self.proc.stderr, self.stderr, False), daemon=True)]
         for reader in self._readers:
@@ -134,7 +140,10 @@ class TorchrunJob:
         return self
 
     def __exit__(self, *exc) -> None:
-        if exc[0] is None and self.proc.poll() is None:
-            self.wait()
-        if self.proc.poll() is None or exc[0] is not None:
-            self.kill()
+        try:
+            if exc[0] is None and self.proc.poll() is None:
+                self.wait()
+        finally:
+            if self.proc.poll() is None or exc[0] is not None:
+                self.kill()
+            shutil.rmtree(self.tmp, ignore_errors=True)
