@@ -172,10 +172,11 @@ def load(path: Path, source_dir: Path):
 
 def grade(path: Path, *, timeout: float = NOTEBOOK_TIMEOUT_S, cell_timeout: float = CELL_TIMEOUT_S,
           source_dir: Path = ROOT / "labs", run_all: bool = False,
-          sandbox: bool = False, hide: tuple[Path, ...] = ()) -> Report:
+          sandbox: bool = False, hide: tuple[Path, ...] = (), memory: int | None = None) -> Report:
     """Grade the notebook; with `sandbox`, its kernel runs as an account of teach.sandbox's pool,
     in namespaces of its own, in a copy of the notebook's folder with the files the lab reads,
-    and sees none of `hide` (nor labs/, .git/, root's home), nor the runs graded beside it."""
+    and sees none of `hide` (nor labs/, .git/, root's home), nor the runs graded beside it; its
+    memory is bounded at `memory` bytes (default teach.sandbox.MEMORY)."""
     nb, edited = load(path, source_dir)
     if not sandbox:
         return run_checks(nb, edited, path, path.resolve().parent, timeout=timeout,
@@ -187,12 +188,19 @@ def grade(path: Path, *, timeout: float = NOTEBOOK_TIMEOUT_S, cell_timeout: floa
         run = sandboxing.new_run(path, [ROOT / read for read in facts(source_dir / path.name).reads], who)
         specs = Path(tempfile.mkdtemp(prefix="dplab-kernelspec-"))
         try:
-            name = sandboxing.write_kernelspec(specs, run, list(hide), who)
+            group = sandboxing.memory_bound(who, memory or sandboxing.MEMORY)
+            name = sandboxing.write_kernelspec(specs, run, list(hide), who, group)
             # IPC sockets in the run's folder: the kernel's network namespace has only its loopback
             km = AsyncKernelManager(kernel_name=name, transport="ipc", ip=sandboxing.ipc_prefix(run),
                                     kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]))
-            return run_checks(nb, edited, path, run / "labs", timeout=timeout,
-                              cell_timeout=cell_timeout, run_all=run_all, km=km)
+            report = run_checks(nb, edited, path, run / "labs", timeout=timeout,
+                                cell_timeout=cell_timeout, run_all=run_all, km=km)
+            if killed := sandboxing.killed_for_memory(group):
+                bound = f"{(memory or sandboxing.MEMORY) / 2**30:g} GiB"
+                report.stopped = (f"the run reached its memory bound ({bound}): the kernel's OOM "
+                                  f"killer ended {killed} of its processes"
+                                  + (f"; {report.stopped}" if report.stopped else ""))
+            return report
         finally:
             shutil.rmtree(specs, ignore_errors=True)
             shutil.rmtree(run, ignore_errors=True)
@@ -263,18 +271,23 @@ def main() -> int:
                     "folder and the runs graded beside it (needs root; teach.sandbox)")
     ap.add_argument("--hide", type=Path, action="append", default=[], metavar="FOLDER",
                     help="with --sandbox: a folder the learner's code must not see, e.g. the class's")
+    ap.add_argument("--memory", type=float, default=sandboxing.MEMORY / 2**30, metavar="GIB",
+                    help="with --sandbox: the run's memory bound, every process of it together "
+                    "(default: %(default)g GiB)")
     ap.add_argument("--source", type=Path, default=ROOT / "labs", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.timeout <= 0 or args.cell_timeout <= 0:
         ap.error("--timeout and --cell-timeout take seconds > 0")
     if args.hide and not args.sandbox:
         ap.error("--hide hides folders from the sandbox: add --sandbox")
+    if args.memory <= 0:
+        ap.error("--memory takes GiB > 0, such as 8")
     if args.sandbox and sandboxing.unavailable():
         ap.error(sandboxing.unavailable())
     try:
         report = grade(args.notebook, timeout=args.timeout, cell_timeout=args.cell_timeout,
                        source_dir=args.source, run_all=args.all, sandbox=args.sandbox,
-                       hide=tuple(args.hide))
+                       hide=tuple(args.hide), memory=int(args.memory * 2**30))
     except SystemExit as e:
         print(e, file=sys.stderr)
         return 2

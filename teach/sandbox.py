@@ -14,7 +14,10 @@ is a world of its own:
   grader reaches the kernel over IPC sockets in the run's folder;
 - an IPC namespace, and fresh, size-bounded tmpfs on /tmp (where the run's own folder appears as
   /tmp/work and its home as /tmp/home), /var/tmp, /dev/shm and /run/lock, gone with the run;
-- a bound on its processes and threads (RLIMIT_NPROC, per account).
+- a bound on its processes and threads (RLIMIT_NPROC, per account), and on its memory, every
+  process and tmpfs page of it together (a cgroup of its account's, MEMORY bytes unless the
+  grader says otherwise: `memory_bound`). A run past it has a process killed by the kernel's
+  OOM killer, and its report says so (`killed_for_memory`).
 Still root, in those namespaces, the script also hides the instructor's files under empty
 read-only tmpfs: root's home (but the Python installation the venv runs on), the repository's
 labs/, .git/ and _build/, and each --hide folder (the class: submissions, gradebook, reports);
@@ -49,6 +52,7 @@ ACCOUNT = "dplab-sandbox"  # not the hub tests' learner: they make and remove "d
 POOL = 16  # accounts ACCOUNT-0 .. ACCOUNT-15: at most this many runs graded at once on a node
 NPROC = 4096  # processes and threads of one run's account (a kernel and 8 engines use ~300)
 TMPFS = {"/tmp": "1g", "/var/tmp": "256m", "/dev/shm": "1g", "/run/lock": "1m"}  # a run's own
+MEMORY = 8 * 2**30  # a run's memory, all its processes and tmpfs pages (Lab 6 at p = 8 uses ~4 GiB)
 SPOOL = Path("/var/tmp/dplab-grade")  # runs' folders: root's, mode 700; each run's, ACCOUNT's
 HIDDEN = [ROOT / "labs", ROOT / ".git", ROOT / "_build"]  # the solutions and their history
 # Not JPY_PARENT_PID: the kernel's parent is this script, the first process of its namespace, and
@@ -119,10 +123,85 @@ def lease():
             yield name
         finally:
             _end_processes_of(name)
+            _remove_group(memory_group(name))
             lock.close()
         return
     raise RuntimeError(f"all {POOL} sandbox accounts are in use on this machine: grade fewer "
                        "notebooks at once here (fewer SLURM jobs per node)")
+
+
+# -- the run's memory: a cgroup of its account's ------------------------------------------
+
+def _memory_root() -> tuple[Path, str] | None:
+    """The memory controller's hierarchy and its version ('v1' or 'v2'), or None."""
+    v1 = Path("/sys/fs/cgroup/memory")
+    if (v1 / "memory.limit_in_bytes").exists():
+        return v1, "v1"
+    v2 = Path("/sys/fs/cgroup")
+    with contextlib.suppress(OSError):
+        if "memory" in (v2 / "cgroup.controllers").read_text().split():
+            if "memory" not in (v2 / "cgroup.subtree_control").read_text().split():
+                (v2 / "cgroup.subtree_control").write_text("+memory")
+            return v2, "v2"
+    return None
+
+
+def memory_group(who: str) -> Path | None:
+    """The cgroup that bounds the memory of account `who`'s runs (None: no memory controller)."""
+    root = _memory_root()
+    return root[0] / who if root else None
+
+
+def memory_bound(who: str, limit: int) -> Path | None:
+    """Make `who`'s cgroup afresh with a bound of `limit` bytes (no swap beyond it); its folder,
+    which the run's first process joins (`kernel --cgroup`). None, with a warning on stderr, on
+    a machine with no memory controller: the run is then not bounded."""
+    root = _memory_root()
+    group = memory_group(who)
+    if root is None or group is None:
+        print("teach.sandbox: this machine has no cgroup memory controller: the run's memory is "
+              "not bounded", file=sys.stderr)
+        return None
+    _remove_group(group)
+    group.mkdir()
+    if root[1] == "v1":
+        (group / "memory.limit_in_bytes").write_text(str(limit))
+        with contextlib.suppress(OSError):  # only where swap accounting is on
+            (group / "memory.memsw.limit_in_bytes").write_text(str(limit))
+    else:
+        (group / "memory.max").write_text(str(limit))
+        with contextlib.suppress(OSError):
+            (group / "memory.swap.max").write_text("0")
+    return group
+
+
+def killed_for_memory(group: Path | None) -> int:
+    """How many processes of the run the OOM killer ended at its bound."""
+    for name in ("memory.oom_control", "memory.events"):  # v1, v2
+        with contextlib.suppress(OSError):
+            for line in (group / name).read_text().splitlines() if group else []:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    return 0
+
+
+def join_group(group: Path) -> None:
+    """This process (and what it starts from now on) into `group`."""
+    (group / "cgroup.procs").write_text("0")
+
+
+def _remove_group(group: Path | None) -> None:
+    """Remove the cgroup once its processes have left it (they are ending: bounded)."""
+    for _ in range(100):
+        if group is None or not group.exists():
+            return
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"the run's cgroup {group} still has processes: {(group / 'cgroup.procs').read_text()!r}")
 
 
 def _end_processes_of(name: str) -> None:
@@ -170,7 +249,8 @@ def ipc_prefix(run: Path) -> str:
     return str(run / "ipc" / "kernel")
 
 
-def write_kernelspec(spec_dir: Path, run: Path, hide: list[Path], who: str) -> str:
+def write_kernelspec(spec_dir: Path, run: Path, hide: list[Path], who: str,
+                     group: Path | None = None) -> str:
     """A kernelspec in spec_dir that starts the sandboxed kernel for `run`, as account `who`; its
     name. unshare makes the namespaces and forks this script as the PID namespace's first
     process (--kill-child: it dies with unshare, even by SIGKILL, and everything with it)."""
@@ -180,6 +260,8 @@ def write_kernelspec(spec_dir: Path, run: Path, hide: list[Path], who: str) -> s
             "kernel", "--run", str(run), "--account", who]
     for path in hide:
         argv += ["--hide", str(Path(path).resolve())]
+    if group is not None:
+        argv += ["--cgroup", str(group)]
     (spec_dir / name).mkdir(parents=True, exist_ok=True)
     (spec_dir / name / "kernel.json").write_text(json.dumps({
         "argv": argv + ["{connection_file}"], "display_name": "Python 3 (grading sandbox)",
@@ -200,11 +282,13 @@ def loopback_up() -> None:
         fcntl.ioctl(s, siocsifflags, struct.pack("16sH22x", b"lo", flags | iff_up))
 
 
-def kernel(run: Path, hide: list[Path], connection_file: Path, who: str) -> int:
+def kernel(run: Path, hide: list[Path], connection_file: Path, who: str, group: Path | None = None) -> int:
     """In the new namespaces, as root and as their first process: build the learner's view,
     then start the kernel as account `who` and wait for it, reaping whatever else ends; the
     kernel's exit status (when this process ends, every process left in the namespace ends)."""
     user = account(who)
+    if group is not None:
+        join_group(group)  # first: everything the run starts is bounded with it
     connection = connection_file.read_bytes()  # in root's runtime folder, hidden below
     loopback_up()
     # What the kernel runs on, if a mount below hides it: the Python installation, the venv,
@@ -288,11 +372,12 @@ def main() -> int:
     k.add_argument("--run", type=Path, required=True)
     k.add_argument("--hide", type=Path, action="append", default=[])
     k.add_argument("--account", required=True)
+    k.add_argument("--cgroup", type=Path, help="the cgroup that bounds the run's memory (memory_bound)")
     k.add_argument("connection_file", type=Path)
     args = ap.parse_args()
     if unavailable():
         sys.exit(unavailable())
-    return kernel(args.run, args.hide, args.connection_file, args.account)
+    return kernel(args.run, args.hide, args.connection_file, args.account, args.cgroup)
 
 
 if __name__ == "__main__":

@@ -116,3 +116,36 @@ def test_runs_graded_at_once_each_lease_an_account_of_their_own():
             assert c not in (a, b)
     with sandbox.lease() as again:
         assert again == a
+
+
+def test_a_run_past_its_memory_bound_is_stopped_and_says_so(tmp_path):
+    """A learner's cell that allocates past the run's memory bound (teach.grade --memory) is
+    killed, the checks it reaches fail, and the report says why; the run's cgroup is gone after
+    it. The same notebook graded with a larger bound passes: the bound, not the lab, stopped it."""
+    from teach import sandbox
+
+    folder = Path(f"/var/tmp/dplab-class-{uuid.uuid4().hex[:8]}")
+    folder.mkdir()
+    os.chmod(folder, 0o755)
+    try:
+        hog = "big = bytearray(1536 * 2**20)  # 1.5 GiB, every page written\nprint(len(big))"
+        mine = folder / LAB
+        nbformat.write(submissions.with_cell(submissions.solved(LAB), "lab0-check-ring", hog), mine)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
+        got = {}
+        for memory in ("1", "4"):
+            report = folder / f"{memory}.json"
+            done = subprocess.run([sys.executable, "-m", "teach.grade", str(mine), "--sandbox",
+                                   "--memory", memory, "--json", str(report)],
+                                  env={**env, "DPLAB_ENGINES": "2"}, capture_output=True, text=True,
+                                  timeout=600)
+            got[memory] = json.loads(report.read_text()), done.stdout + done.stderr
+        bounded, said = got["1"]
+        assert bounded["score"] < bounded["max_score"], said
+        assert "reached its memory bound (1 GiB)" in bounded["stopped"], said
+        roomy, said = got["4"]
+        assert roomy["score"] == roomy["max_score"] and not roomy["stopped"], said
+        assert not any(sandbox.memory_group(f"{sandbox.ACCOUNT}-{i}").exists() for i in range(sandbox.POOL))
+        assert not submissions.learner_processes() and not any(SPOOL.glob("run-*"))
+    finally:
+        shutil.rmtree(folder)
