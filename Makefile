@@ -40,8 +40,9 @@ book: setup
 	$(BIN)/jupyter-book build .
 	@echo "Open _build/html/index.html"
 
-# The other-CPU nbval pass (test-labs-other-cpu) runs in .ci/run on the oldest supported torch:
-# make test-torch TORCH=<lowest> ON=other-cpu proves the stored outputs on another CPU and torch at once.
+# make test's pass over the labs is test-labs', with its ON= (default: the nbval pass on the
+# reference torch). .ci/run gives it ON=torch=NEWEST,other-cpu,two=3@LOWEST: one execution of the
+# labs proves the stored outputs on another CPU and torch beside a second learner on the lowest.
 test: test-kit test-labs test-book test-browser
 
 # Labs and kit tests run with the defaults (4 engines, automatic backend), whatever the shell sets:
