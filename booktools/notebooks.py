@@ -22,6 +22,7 @@ import psutil
 CELL_TIMEOUT_S = 300  # the slowest cell of any lab takes well under a minute on a 2-core box
 NOTEBOOK_TIMEOUT_S = 900  # the slowest lab takes about two minutes beside a second learner
 REAP_S = 20  # the guardian ends a dead kernel's cluster within a few seconds
+STRAY_S = 3  # what a process orphaned as it ended takes to be gone
 EXPECTED = "raises-exception"  # a cell tagged so shows an error on purpose
 
 
@@ -33,6 +34,9 @@ class Run:
     stopped: str = ""  # why the run ended before its last cell ('' if it did not)
     seconds: float = 0.0
     left_running: list[str] = field(default_factory=list)  # names of processes killed after it
+    # processes alive after the last cell that the kernel did not start and wait for: orphans of
+    # a fork away, reparented to a sandbox's first process (`forked_away`); killed with it
+    forked_away: list[str] = field(default_factory=list)
 
     def errors(self, nb) -> list[tuple[int, str, str]]:
         """(cell index, error name, message) of every cell that ran and raised, in order; not
@@ -113,6 +117,7 @@ def execute(nb, folder: Path, *, env: dict[str, str] | None = None, km=None,
                 break
             if index == last:
                 break
+        run.forked_away = forked_away(kernel_pid)
         seen.update((p.pid, p) for p in _tree(kernel_pid))
     run.seconds = time.monotonic() - t0
     _, alive = psutil.wait_procs(list(seen.values()), timeout=REAP_S)
@@ -121,6 +126,34 @@ def execute(nb, folder: Path, *, env: dict[str, str] | None = None, km=None,
             run.left_running.append(p.name())
             p.kill()
     return run
+
+
+def forked_away(started: int) -> list[str]:
+    """The names of the processes under `started` (the process the kernel manager started) that
+    are not the kernel's own descendants. Without a sandbox the kernel is that process and there
+    are none; in teach.sandbox's, `started` is unshare, whose child, the first process of the
+    run's PID namespace, is the kernel's parent and inherits every orphan of a fork away."""
+    tree = _tree(started)
+    with contextlib.suppress(psutil.Error):
+        kernel = next((p for p in tree if "ipykernel_launcher" in " ".join(p.cmdline())), None)
+        if kernel is None:
+            return []
+        own = {p.pid for p in _tree(kernel.pid)}
+        above = {p.pid for p in kernel.parents()}
+        strays = [p for p in tree if p.pid not in own and p.pid not in above]
+        # a process of the kernel's that was ending as the cells ended (a killed rank's peers)
+        # may just have been orphaned: only what is still alive a moment later forked away
+        _, alive = psutil.wait_procs(strays, timeout=STRAY_S)
+        return sorted(name for p in alive if (name := _alive_name(p)))
+    return []
+
+
+def _alive_name(p: psutil.Process) -> str:
+    """The process's name if it still runs ('' once it has ended, zombie or gone)."""
+    with contextlib.suppress(psutil.Error):
+        if p.status() != psutil.STATUS_ZOMBIE:
+            return p.name()
+    return ''
 
 
 def _tree(pid: int) -> list[psutil.Process]:

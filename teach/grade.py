@@ -214,6 +214,12 @@ def run_checks(nb, edited: list[str], path: Path, folder: Path, *, timeout: floa
                   last=None if run_all else max(c.cell for c in report.checks), label=label)
     report.seconds, report.stopped, report.left_running = run.seconds, run.stopped, run.left_running
     ran = set(run.ran)
+    away = sorted(set(run.forked_away))  # it would outlive the grading but for the sandbox
+    why_away = f"the notebook forked away processes that its kernel did not wait for ({', '.join(away)})"
+    if away:
+        report.stopped = (f"{why_away}: a graded notebook must leave nothing running, so no check "
+                          "counts" + (f"; {report.stopped}" if report.stopped else ""))
+        report.left_running = sorted(set(report.left_running) | set(away))
 
     first_error = ""
     for index, cell in enumerate(nb.cells):
@@ -221,7 +227,9 @@ def run_checks(nb, edited: list[str], path: Path, folder: Path, *, timeout: floa
         err = "" if expected or index not in ran else error_of(cell, nb.cells[:index])
         check = next((c for c in report.checks if c.cell == index), None)
         if check:
-            if index not in ran:
+            if away:
+                check.message, check.cause = why_away, first_error
+            elif index not in ran:
                 check.message, check.cause = f"not run: {report.stopped.splitlines()[0]}", first_error
             elif err:
                 check.message, check.cause = err, first_error

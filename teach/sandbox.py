@@ -8,7 +8,9 @@ is a world of its own:
 - an account of its own, leased from a pool (ACCOUNT-0, ACCOUNT-1, ...: `lease`), so that runs
   graded at once cannot read, write or signal each other's files and processes;
 - a PID namespace, with its own /proc: the run sees only its own processes, and when its kernel
-  ends, everything it started ends with it (this script is the namespace's first process);
+  ends, everything it started ends with it (this script is the namespace's first process, and
+  inherits the orphans of a fork away, which the grader sees and scores as a failure:
+  booktools.notebooks.forked_away);
 - a network namespace with only its own loopback: the run's engines talk to each other, and
   nothing else on the node (other runs' controllers, whatever listens there) is reachable. The
   grader reaches the kernel over IPC sockets in the run's folder;

@@ -149,3 +149,29 @@ def test_a_run_past_its_memory_bound_is_stopped_and_says_so(tmp_path):
         assert not submissions.learner_processes() and not any(SPOOL.glob("run-*"))
     finally:
         shutil.rmtree(folder)
+
+
+def test_a_notebook_that_forks_away_scores_zero_and_leaves_nothing(tmp_path):
+    """A cell that starts a process its kernel does not wait for (setsid -f: the child is
+    orphaned at once, and the sandbox's first process inherits it) scores 0, and the report
+    names the process; the process ends with the run. A solved notebook that leaves nothing
+    scores full marks (the first test here)."""
+    folder = Path(f"/var/tmp/dplab-class-{uuid.uuid4().hex[:8]}")
+    folder.mkdir()
+    os.chmod(folder, 0o755)
+    try:
+        away = "import subprocess\nsubprocess.run(['setsid', '-f', 'sleep', '600'], check=True)"
+        mine = folder / LAB
+        nbformat.write(submissions.with_cell(submissions.solved(LAB), "lab0-check-ring", away), mine)
+        report = folder / "report.json"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
+        done = subprocess.run([sys.executable, "-m", "teach.grade", str(mine), "--sandbox", "--json",
+                               str(report)], env={**env, "DPLAB_ENGINES": "2"}, capture_output=True,
+                              text=True, timeout=600)
+        got, said = json.loads(report.read_text()), done.stdout + done.stderr
+        assert done.returncode == 1 and got["score"] == 0 < got["max_score"], said
+        assert "forked away" in got["stopped"] and "sleep" in got["stopped"], said
+        assert all("forked away" in c["message"] for c in got["checks"]), said
+        assert not submissions.learner_processes() and not any(SPOOL.glob("run-*"))
+    finally:
+        shutil.rmtree(folder)
