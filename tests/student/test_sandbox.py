@@ -175,3 +175,32 @@ def test_a_notebook_that_forks_away_scores_zero_and_leaves_nothing(tmp_path):
         assert not submissions.learner_processes() and not any(SPOOL.glob("run-*"))
     finally:
         shutil.rmtree(folder)
+
+
+def test_a_notebook_that_fills_its_tmpfs_gets_no_space_in_its_own_cell_and_the_node_none():
+    """A cell that writes until /tmp is full stops there with 'No space left on device' (the
+    run's own tmpfs, 1 GiB), the first error the report shows; the run's cluster cannot work
+    without room in /tmp, so the later checks fail; the node's /tmp never sees it."""
+    folder = Path(f"/var/tmp/dplab-class-{uuid.uuid4().hex[:8]}")
+    folder.mkdir()
+    os.chmod(folder, 0o755)
+    try:
+        fill = ("with open('/tmp/fill', 'wb') as f:\n"
+                "    for _ in range(4096):\n"
+                "        f.write(bytes(2**20))  # 4 GiB wanted, 1 MiB at a time\n"
+                "        f.flush()")
+        mine = folder / LAB
+        nbformat.write(submissions.with_cell(submissions.solved(LAB), "lab0-check-ring", fill), mine)
+        report = folder / "report.json"
+        free = shutil.disk_usage("/tmp").free
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
+        done = subprocess.run([sys.executable, "-m", "teach.grade", str(mine), "--sandbox", "--json",
+                               str(report)], env={**env, "DPLAB_ENGINES": "2"}, capture_output=True,
+                              text=True, timeout=600)
+        got, said = json.loads(report.read_text()), done.stdout + done.stderr
+        assert "No space left on device" in got["errors"][0], said
+        assert 0 < got["score"] < got["max_score"], said  # the checks before it passed
+        assert abs(shutil.disk_usage("/tmp").free - free) < 2**30, "the node's /tmp was written"
+        assert not submissions.learner_processes() and not any(SPOOL.glob("run-*"))
+    finally:
+        shutil.rmtree(folder)
