@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from booktools.run import ANY_P
+from tests.support import make
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -16,8 +17,7 @@ def dry_run(target: str, tmp_path) -> str:
 
 
 def dry_run_with(target: str, args: list[str], tmp_path) -> str:
-    out = subprocess.run(["make", "-n", target, *args, f"VENV={tmp_path / 'fresh-venv'}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    out = make.run("-n", target, *args, f"VENV={tmp_path / 'fresh-venv'}")
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -72,3 +72,17 @@ def test_targets_that_grade_install_nbgrader_on_a_fresh_machine(target, tmp_path
     # test-slurm grades a class (tests/slurm/test_grade_class.py). A prerequisite named by a
     # variable defined below its rule expands to nothing, and CI failed for want of nbgrader.
     assert "requirements-teach.txt" in dry_run(target, tmp_path)
+
+
+def test_a_make_that_runs_the_tests_hands_its_conditions_to_none_of_their_makes(tmp_path):
+    """.ci/run's make test ON=... exports ON to its recipes and passes it on in MAKEFLAGS: the
+    tests' own makes read the Makefile's default all the same (tests.support.make)."""
+    import os
+
+    parent = {**os.environ, "ON": "torch=2.15.0,two=3", "MAKEFLAGS": " -- ON=torch=2.15.0,two=3",
+              "MAKELEVEL": "1"}
+    raw = subprocess.run(["make", "-n", "test-labs", f"VENV={tmp_path / 'fresh-venv'}"], cwd=ROOT,
+                         env=parent, capture_output=True, text=True, timeout=60)
+    assert '--on "torch=2.15.0,two=3"' in raw.stdout, "the parent's ON no longer reaches a plain make"
+    clean = make.run("-n", "test-labs", f"VENV={tmp_path / 'fresh-venv'}", env=parent)
+    assert '-m booktools.run --on "quiet" ' in clean.stdout, clean.stdout + clean.stderr

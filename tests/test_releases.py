@@ -13,6 +13,7 @@ from booktools import releases
 from booktools.conditions import Refused, parse
 from booktools.learners import Row
 from booktools.run import Outcome, main, record
+from tests.support import make
 
 ROOT = Path(__file__).resolve().parent.parent
 ROOM = 100 * 2**30
@@ -38,8 +39,7 @@ def test_supported_releases_pass_and_a_full_disk_is_refused():
 
 @pytest.mark.parametrize("value", ["2.7.1", "abc", ""])
 def test_make_refuses_before_installing_anything(value, tmp_path):
-    out = subprocess.run(["make", "test-torch", f"TORCH={value}"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    out = make.run("test-torch", f"TORCH={value}", timeout=120)
     assert out.returncode != 0
     assert (f"torch={value}:" if value else "make test-torch:") in out.stderr, out.stderr
     assert "installing" not in out.stdout and "nbval over" not in out.stdout
@@ -49,9 +49,7 @@ def test_make_refuses_before_installing_anything(value, tmp_path):
 def test_the_nbval_pass_puts_that_torch_first_on_pythonpath(tmp_path, capsys):
     for on, spec in (("this-cpu", "torch=2.8.0"), ("other-cpu", "torch=2.8.0,other-cpu,busy"),
                      ("two-learners", "torch=2.8.0,two=3")):
-        out = subprocess.run(["make", "-n", "test-torch", "TORCH=2.8.0", f"ON={on}",
-                              f"VENV={tmp_path / 'fresh-venv'}"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=60)
+        out = make.run("-n", "test-torch", "TORCH=2.8.0", f"ON={on}", f"VENV={tmp_path / 'fresh-venv'}")
         assert out.returncode == 0, out.stderr
         assert f'-m booktools.run --on "{spec}" ' in out.stdout, out.stdout
     assert main(["--plan", "--on", "torch=2.8.0,other-cpu,busy torch=2.8.0,two=3", "--labs", "00"]) == 0

@@ -8,6 +8,7 @@ import nbformat
 import pytest
 
 from booktools.store import store
+from tests.support import make
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,6 +35,5 @@ def test_store_refuses_a_lab_whose_cell_fails_and_writes_nothing(tmp_path):
 
 
 def test_make_labs_stores_through_booktools_store(tmp_path):
-    out = subprocess.run(["make", "-n", "labs", f"VENV={tmp_path / 'fresh-venv'}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    out = make.run("-n", "labs", f"VENV={tmp_path / 'fresh-venv'}")
     assert out.returncode == 0 and "-m booktools.store labs/*.ipynb" in out.stdout, out.stdout + out.stderr
