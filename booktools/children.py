@@ -79,6 +79,11 @@ def tether(cmd: list[str]) -> int:
     """Run `cmd`; on SIGTERM or SIGINT (the parent ended: see start_tree), kill its whole tree
     and exit. Returns cmd's exit status."""
     def leave(sig, frame) -> None:
+        # Once: the parent's death can signal twice (PR_SET_PDEATHSIG fires as each of its
+        # threads ends), and a second call, run inside the first, would exit before the first
+        # had killed everything: a child orphaned meanwhile by its parent's death outlived us.
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)
         end_descendants()
         os._exit(128 + sig)
 
