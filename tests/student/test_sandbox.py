@@ -118,89 +118,69 @@ def test_runs_graded_at_once_each_lease_an_account_of_their_own():
         assert again == a
 
 
-def test_a_run_past_its_memory_bound_is_stopped_and_says_so(tmp_path):
+@pytest.fixture
+def folder():
+    """A class folder outside /tmp, readable by every account (only the sandbox hides it)."""
+    base = Path(f"/var/tmp/dplab-class-{uuid.uuid4().hex[:8]}")
+    base.mkdir()
+    os.chmod(base, 0o755)
+    yield base
+    shutil.rmtree(base)
+
+
+def sandboxed_with(folder: Path, cell: str, *args: str, name: str = "report") -> tuple[dict, str, int]:
+    """Lab 0, solved, with `cell` before its ring check, graded with --sandbox (and `args`) at
+    p = 2: the JSON report, what the grader printed, and its exit status."""
+    mine = folder / LAB
+    nbformat.write(submissions.with_cell(submissions.solved(LAB), "lab0-check-ring", cell), mine)
+    report = folder / f"{name}.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
+    done = subprocess.run([sys.executable, "-m", "teach.grade", str(mine), "--sandbox", *args,
+                           "--json", str(report)], env={**env, "DPLAB_ENGINES": "2"},
+                          capture_output=True, text=True, timeout=600)
+    return json.loads(report.read_text()), done.stdout + done.stderr, done.returncode
+
+
+def test_a_run_past_its_memory_bound_is_stopped_and_says_so(folder):
     """A learner's cell that allocates past the run's memory bound (teach.grade --memory) is
     killed, the checks it reaches fail, and the report says why; the run's cgroup is gone after
     it. The same notebook graded with a larger bound passes: the bound, not the lab, stopped it."""
     from teach import sandbox
 
-    folder = Path(f"/var/tmp/dplab-class-{uuid.uuid4().hex[:8]}")
-    folder.mkdir()
-    os.chmod(folder, 0o755)
-    try:
-        hog = "big = bytearray(1536 * 2**20)  # 1.5 GiB, every page written\nprint(len(big))"
-        mine = folder / LAB
-        nbformat.write(submissions.with_cell(submissions.solved(LAB), "lab0-check-ring", hog), mine)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
-        got = {}
-        for memory in ("1", "4"):
-            report = folder / f"{memory}.json"
-            done = subprocess.run([sys.executable, "-m", "teach.grade", str(mine), "--sandbox",
-                                   "--memory", memory, "--json", str(report)],
-                                  env={**env, "DPLAB_ENGINES": "2"}, capture_output=True, text=True,
-                                  timeout=600)
-            got[memory] = json.loads(report.read_text()), done.stdout + done.stderr
-        bounded, said = got["1"]
-        assert bounded["score"] < bounded["max_score"], said
-        assert "reached its memory bound (1 GiB)" in bounded["stopped"], said
-        roomy, said = got["4"]
-        assert roomy["score"] == roomy["max_score"] and not roomy["stopped"], said
-        assert not any(sandbox.memory_group(f"{sandbox.ACCOUNT}-{i}").exists() for i in range(sandbox.POOL))
-        assert not submissions.learner_processes() and not any(SPOOL.glob("run-*"))
-    finally:
-        shutil.rmtree(folder)
+    hog = "big = bytearray(1536 * 2**20)  # 1.5 GiB, every page written\nprint(len(big))"
+    bounded, said, _ = sandboxed_with(folder, hog, "--memory", "1", name="1")
+    assert bounded["score"] < bounded["max_score"], said
+    assert "reached its memory bound (1 GiB)" in bounded["stopped"], said
+    roomy, said, _ = sandboxed_with(folder, hog, "--memory", "4", name="4")
+    assert roomy["score"] == roomy["max_score"] and not roomy["stopped"], said
+    assert not any(sandbox.memory_group(f"{sandbox.ACCOUNT}-{i}").exists() for i in range(sandbox.POOL))
+    assert not submissions.learner_processes() and not any(SPOOL.glob("run-*"))
 
 
-def test_a_notebook_that_forks_away_scores_zero_and_leaves_nothing(tmp_path):
+def test_a_notebook_that_forks_away_scores_zero_and_leaves_nothing(folder):
     """A cell that starts a process its kernel does not wait for (setsid -f: the child is
     orphaned at once, and the sandbox's first process inherits it) scores 0, and the report
     names the process; the process ends with the run. A solved notebook that leaves nothing
     scores full marks (the first test here)."""
-    folder = Path(f"/var/tmp/dplab-class-{uuid.uuid4().hex[:8]}")
-    folder.mkdir()
-    os.chmod(folder, 0o755)
-    try:
-        away = "import subprocess\nsubprocess.run(['setsid', '-f', 'sleep', '600'], check=True)"
-        mine = folder / LAB
-        nbformat.write(submissions.with_cell(submissions.solved(LAB), "lab0-check-ring", away), mine)
-        report = folder / "report.json"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
-        done = subprocess.run([sys.executable, "-m", "teach.grade", str(mine), "--sandbox", "--json",
-                               str(report)], env={**env, "DPLAB_ENGINES": "2"}, capture_output=True,
-                              text=True, timeout=600)
-        got, said = json.loads(report.read_text()), done.stdout + done.stderr
-        assert done.returncode == 1 and got["score"] == 0 < got["max_score"], said
-        assert "forked away" in got["stopped"] and "sleep" in got["stopped"], said
-        assert all("forked away" in c["message"] for c in got["checks"]), said
-        assert not submissions.learner_processes() and not any(SPOOL.glob("run-*"))
-    finally:
-        shutil.rmtree(folder)
+    away = "import subprocess\nsubprocess.run(['setsid', '-f', 'sleep', '600'], check=True)"
+    got, said, status = sandboxed_with(folder, away)
+    assert status == 1 and got["score"] == 0 < got["max_score"], said
+    assert "forked away" in got["stopped"] and "sleep" in got["stopped"], said
+    assert all("forked away" in c["message"] for c in got["checks"]), said
+    assert not submissions.learner_processes() and not any(SPOOL.glob("run-*"))
 
 
-def test_a_notebook_that_fills_its_tmpfs_gets_no_space_in_its_own_cell_and_the_node_none():
+def test_a_notebook_that_fills_its_tmpfs_gets_no_space_in_its_own_cell_and_the_node_none(folder):
     """A cell that writes until /tmp is full stops there with 'No space left on device' (the
     run's own tmpfs, 1 GiB), the first error the report shows; the run's cluster cannot work
     without room in /tmp, so the later checks fail; the node's /tmp never sees it."""
-    folder = Path(f"/var/tmp/dplab-class-{uuid.uuid4().hex[:8]}")
-    folder.mkdir()
-    os.chmod(folder, 0o755)
-    try:
-        fill = ("with open('/tmp/fill', 'wb') as f:\n"
-                "    for _ in range(4096):\n"
-                "        f.write(bytes(2**20))  # 4 GiB wanted, 1 MiB at a time\n"
-                "        f.flush()")
-        mine = folder / LAB
-        nbformat.write(submissions.with_cell(submissions.solved(LAB), "lab0-check-ring", fill), mine)
-        report = folder / "report.json"
-        free = shutil.disk_usage("/tmp").free
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
-        done = subprocess.run([sys.executable, "-m", "teach.grade", str(mine), "--sandbox", "--json",
-                               str(report)], env={**env, "DPLAB_ENGINES": "2"}, capture_output=True,
-                              text=True, timeout=600)
-        got, said = json.loads(report.read_text()), done.stdout + done.stderr
-        assert "No space left on device" in got["errors"][0], said
-        assert 0 < got["score"] < got["max_score"], said  # the checks before it passed
-        assert abs(shutil.disk_usage("/tmp").free - free) < 2**30, "the node's /tmp was written"
-        assert not submissions.learner_processes() and not any(SPOOL.glob("run-*"))
-    finally:
-        shutil.rmtree(folder)
+    fill = ("with open('/tmp/fill', 'wb') as f:\n"
+            "    for _ in range(4096):\n"
+            "        f.write(bytes(2**20))  # 4 GiB wanted, 1 MiB at a time\n"
+            "        f.flush()")
+    free = shutil.disk_usage("/tmp").free
+    got, said, _ = sandboxed_with(folder, fill)
+    assert "No space left on device" in got["errors"][0], said
+    assert 0 < got["score"] < got["max_score"], said  # the checks before it passed
+    assert abs(shutil.disk_usage("/tmp").free - free) < 2**30, "the node's /tmp was written"
+    assert not submissions.learner_processes() and not any(SPOOL.glob("run-*"))
