@@ -16,8 +16,8 @@ conditions start runs beside it. Any other pass (or any with --asserts-only) exe
 asserts only, in a copy of the labs of its own (booktools.learners), with nothing left running
 after each lab. Each lab's verdict is said as it comes (and appended to --log). Then a table
 lab x pass with each timing check's value and band under its lab (dplab.timing.in_band's
-records), each failure again in a line, and 'N passed, M failed'. Exit status: 1 if anything failed, 2 if a pass was refused
-before anything started.
+records), each failure again in a line, and 'N passed, M failed'. Exit status: 1 if anything
+failed, 2 if a pass was refused before anything started.
 
 One timeout rule, booktools.notebooks': a cell CELL_TIMEOUT_S, a lab NOTEBOOK_TIMEOUT_S (nbval
 runs cells itself: it gets CELL_TIMEOUT_S); --timeout bounds each pass, whole, and a second
