@@ -74,7 +74,7 @@ test-labs-other-cpu:
 	$(MAKE) --no-print-directory test-labs ON=other-cpu,busy
 
 # every lab at p = 1 and p = 3, asserts only (ANY_P="1 2" picks others; .ci/run runs neither: make
-# test-nbgrader runs every cell at p = 1, make test-torch ON=two-learners's second learner at p = 3);
+# test-nbgrader runs every cell at p = 1, and the second learner of .ci/run's make test ON=... p = 3);
 ANY_P ?= 1 3
 test-any-p:
 	$(MAKE) --no-print-directory test-labs ON="$(foreach q,$(ANY_P),p=$(q))"
