@@ -198,3 +198,23 @@ def test_the_saved_buffers_outlive_the_cluster_but_not_the_kernel(tmp_path):
     folder, saved, copied = out.stdout.split()
     assert (saved, copied) == ("[0]", "True"), out.stdout  # saved while the process ran
     assert Path(folder).name.startswith("dplab-flight-") and not Path(folder).exists(), folder
+
+
+def test_a_killed_kernels_saved_buffers_are_removed_by_the_next_save(tmp_path, monkeypatch):
+    """A kernel killed outright runs no atexit hook; the next collect() removes the folders of
+    kernels that have ended, and no other's."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ended = tmp_path / f"{flight.SAVED}{dead.stdout.strip()}-abc"
+    mine = tmp_path / f"{flight.SAVED}{os.getpid()}-def"
+    other = tmp_path / "dplab-flight-notapid"
+    for folder in (ended, mine, other):
+        folder.mkdir()
+    assert flight.sweep() == [ended.name]
+    assert not ended.exists() and mine.exists() and other.exists()

@@ -37,6 +37,7 @@ ANALYZER_SINCE = "2.10"  # the first torch whose wheel holds it (2.9.0's does no
 DEFAULT_RING = 2000
 DEFAULT_RING_SINCE = "2.11"
 PREFIX = "rank_"  # the analyzer finds each rank's buffer as <prefix><rank>
+SAVED = "dplab-flight-"  # collect()'s folders, in the temporary folder: SAVED<kernel's PID>-...
 POLL_S = 0.1  # how often a rank looks for a request
 COLLECT_S = 10.0  # how long the watch waits for the buffers (3 s missed one rank beside stress-ng)
 RERUN = ("run cluster.restart() (the recorder stays on) and the cell that hangs again, "
@@ -174,13 +175,39 @@ def collect(folder: str, ranks: list[int], timeout: float = COLLECT_S) -> tuple[
     saved = [r for r, path in files.items() if _size(path)]
     if not saved:
         return None, []
-    out = tempfile.mkdtemp(prefix="dplab-flight-")
-    # the learner reads it after the cluster is gone; nothing reads it after the kernel is
+    sweep()
+    out = tempfile.mkdtemp(prefix=f"{SAVED}{os.getpid()}-")
+    # the learner reads it after the cluster is gone; nothing reads it after the kernel is. A
+    # kernel that is killed (nbval kills its kernel at the end) runs no atexit hook: the next
+    # collect() anywhere on the machine removes its folder (sweep)
     atexit.register(shutil.rmtree, out, ignore_errors=True)
     for r in saved:
         shutil.copyfile(files[r], os.path.join(out, f"{PREFIX}{r}"))
     last_records = out
     return out, saved
+
+
+def sweep() -> list[str]:
+    """Remove the folders of saved buffers whose kernel has ended (their name carries its PID);
+    the folders removed."""
+    gone = []
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        pid = name[len(SAVED):].split("-", 1)[0]
+        if name.startswith(SAVED) and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            gone.append(name)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _size(path: str) -> int:
