@@ -133,6 +133,8 @@ def forked_away(started: int) -> list[str]:
     are not the kernel's own descendants. Without a sandbox the kernel is that process and there
     are none; in teach.sandbox's, `started` is unshare, whose child, the first process of the
     run's PID namespace, is the kernel's parent and inherits every orphan of a fork away."""
+    from dplab.cluster.processes import alive
+
     tree = _tree(started)
     with contextlib.suppress(psutil.Error):
         kernel = next((p for p in tree if "ipykernel_launcher" in " ".join(p.cmdline())), None)
@@ -143,17 +145,13 @@ def forked_away(started: int) -> list[str]:
         strays = [p for p in tree if p.pid not in own and p.pid not in above]
         # a process of the kernel's that was ending as the cells ended (a killed rank's peers)
         # may just have been orphaned: only what is still alive a moment later forked away
-        _, alive = psutil.wait_procs(strays, timeout=STRAY_S)
-        return sorted(name for p in alive if (name := _alive_name(p)))
+        _, waiting = psutil.wait_procs(strays, timeout=STRAY_S)
+        names = []
+        for p in alive(waiting):  # a zombie has ended
+            with contextlib.suppress(psutil.Error):
+                names.append(p.name())
+        return sorted(names)
     return []
-
-
-def _alive_name(p: psutil.Process) -> str:
-    """The process's name if it still runs ('' once it has ended, zombie or gone)."""
-    with contextlib.suppress(psutil.Error):
-        if p.status() != psutil.STATUS_ZOMBIE:
-            return p.name()
-    return ''
 
 
 def _tree(pid: int) -> list[psutil.Process]:

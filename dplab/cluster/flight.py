@@ -190,24 +190,16 @@ def collect(folder: str, ranks: list[int], timeout: float = COLLECT_S) -> tuple[
 def sweep() -> list[str]:
     """Remove the folders of saved buffers whose kernel has ended (their name carries its PID);
     the folders removed."""
+    import psutil
+
     gone = []
     root = tempfile.gettempdir()
     for name in os.listdir(root):
         pid = name[len(SAVED):].split("-", 1)[0]
-        if name.startswith(SAVED) and pid.isdigit() and not _alive(int(pid)):
+        if name.startswith(SAVED) and pid.isdigit() and not psutil.pid_exists(int(pid)):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
             gone.append(name)
     return gone
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def _size(path: str) -> int:

@@ -6,9 +6,9 @@ while B's run is alive: it looks for processes that are not its own run's and tr
 them, to read and write the notebook in their working folders, and to read the runs' spool;
 it connects to a listener on its node's loopback; it leaves a file in /tmp, /var/tmp, /dev/shm
 and /run/lock, and a process that forks away; and it fills its /tmp. Every attempt must fail,
-nothing it left may remain, and both learners score full marks, as each would alone. On the sandbox before issue 63 (one account for every
-run, the node's process table, network and /var/tmp shared) A reached B's kernel and
-notebook, the listener, and left its files."""
+nothing it left may remain, and both learners score full marks, as each would alone. On the
+sandbox before issue 63 (one account for every run, the node's process table, network and
+/var/tmp shared) A reached B's kernel and notebook, the listener, and left its files."""
 import csv
 import os
 import shutil
