@@ -1,6 +1,9 @@
 """The launcher "allocation" (engines as a step of the SLURM job the notebook runs in), checked
-without SLURM: what it accepts and refuses, and how it spreads the ranks. The hub tests
-(tests/hub_slurm) run it for real, on 1 node and on 2."""
+without SLURM: what it accepts and refuses, and how it spreads the ranks; and how the sbatch
+launcher reads squeue's failures. The hub tests (tests/hub_slurm) run it for real, on 1 node
+and on 2; tests/slurm the sbatch launcher."""
+import os
+
 import pytest
 
 from dplab.cluster import local, slurm
@@ -68,3 +71,19 @@ def test_the_local_launcher_keeps_its_engines_on_this_node_inside_a_slurm_job(mo
     assert "-launcher" not in config.MPILauncher.get("mpi_args", [])
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     assert launcher.ipp_cluster(Settings(p=2), "mpiexec").config.MPILauncher.mpi_args == ["-launcher", "fork"]
+
+
+def test_a_job_slurmctld_has_forgotten_is_not_listed_and_other_failures_still_raise(tmp_path, monkeypatch):
+    """A job that ended before its engines connected, and was purged (MinJobAge) between two
+    polls: squeue exits 1 with "Invalid job id specified". That is a job no longer listed, so
+    start_cluster says the job ended and quotes its output. Before, the squeue failure itself
+    was raised ("`squeue -h -j 23 -o %i` failed: ...", make test-slurm, a node never up)."""
+    squeue = tmp_path / "squeue"
+    squeue.write_text('#!/bin/sh\necho "slurm_load_jobs error: $ANSWER" >&2\nexit 1\n')
+    squeue.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("ANSWER", "Invalid job id specified")  # as squeue words it
+    assert slurm.job_listed("23") is False
+    monkeypatch.setenv("ANSWER", "Unable to contact slurm controller (connect failure)")
+    with pytest.raises(ClusterError, match="Unable to contact"):
+        slurm.job_listed("23")

@@ -147,9 +147,20 @@ def resolve_slurm(settings: Settings) -> SlurmSettings:
     return SlurmSettings(n_nodes, partition, cpus)
 
 
+#: What squeue says, and exits 1, for a job that slurmctld no longer holds: it ended and was
+#: purged MinJobAge seconds later (2 s on the private test cluster, 300 by default).
+PURGED = "Invalid job id specified"
+
+
 def job_listed(job_id: str) -> bool:
-    """True while squeue still lists the job (pending, running or completing)."""
-    return bool(_command("squeue", "-h", "-j", job_id, "-o", "%i").strip())
+    """True while squeue still lists the job (pending, running or completing); False once the
+    job has ended, even after slurmctld has forgotten it (squeue then fails, saying PURGED)."""
+    try:
+        return bool(_command("squeue", "-h", "-j", job_id, "-o", "%i").strip())
+    except ClusterError as e:
+        if PURGED in str(e):
+            return False
+        raise
 
 
 class SlurmLauncher:

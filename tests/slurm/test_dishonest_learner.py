@@ -32,12 +32,19 @@ LOOK_S = 40  # how long A looks for another run's processes: both jobs start at 
 LEFT = ["/tmp/left-by-a-learner", "/var/tmp/left-by-a-learner", "/dev/shm/left-by-a-learner",
         "/run/lock/left-by-a-learner"]
 
-LISTENER = """import socket, sys
+#: What the listener says to whoever connects: a connection counts as reaching it only if this
+#: comes back. The port is free in the test's namespace, but the run's own processes (its
+#: controller, engines, mpiexec) pick ports in the sandbox's, and one of them may hold the same
+#: number there: the likely cause of a make test-slurm in which A "connected", and which
+#: passed when run again.
+TOKEN = b"the listener on the node's loopback"
+LISTENER = f"""import socket, sys
+TOKEN = {TOKEN!r}
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
 while True:
     c, _ = s.accept()
-    open(sys.argv[2], "a").write("connected\\n"); c.close()
+    open(sys.argv[2], "a").write("connected\\n"); c.sendall(TOKEN); c.close()
 """
 
 
@@ -74,8 +81,10 @@ while time.monotonic() < deadline and not reached:
         except OSError:
             pass
 try:
-    socket.create_connection(("127.0.0.1", {port}), timeout=3).close()
-    reached.append("connect to a listener on the node's loopback")
+    with socket.create_connection(("127.0.0.1", {port}), timeout=3) as s:
+        s.settimeout(3)
+        if s.recv(100) == {TOKEN!r}:  # not one of this run's own processes on the same port
+            reached.append("connect to a listener on the node's loopback")
 except OSError:
     pass
 for path in {LEFT!r}:
