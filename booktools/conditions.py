@@ -83,6 +83,11 @@ class Condition(Protocol):
     def set_up(self, say: Callable[[str], None]) -> None:
         """Before its pass."""
 
+    def releases(self) -> tuple[str, ...]:
+        """The torch releases (X.Y.Z) it needs installed: the runner installs every pass's at
+        once, before the first pass, and set_up then finds them."""
+        return ()
+
     def settings(self, say: Callable[[str], None]) -> list[tuple[str, dict[str, str]]] | None:
         """The settings (name, environment) its pass runs one after the other, lab by lab; None: one."""
         return None
@@ -192,6 +197,9 @@ class SecondLearner(Condition):
         if self.torch:
             TorchRelease(self.torch).set_up(say)
 
+    def releases(self) -> tuple[str, ...]:
+        return (self.torch,) if self.torch else ()
+
     @contextlib.contextmanager
     def beside(self, labs, env, column, say) -> Iterator[list]:
         from booktools.learners import Learner, summary
@@ -262,6 +270,9 @@ class TorchRelease(Condition):
         releases.install(self.version, say)
         say(f"torch={self.version}: torch {releases.imported_version(self.version)}, from "
             f".torch/{self.version}/")
+
+    def releases(self) -> tuple[str, ...]:
+        return (self.version,)
 
 
 @dataclass(frozen=True)

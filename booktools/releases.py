@@ -121,6 +121,30 @@ def install(version: str, say=print) -> Path:
     return where
 
 
+def install_at_once(versions, say=print, at_once: int = 2) -> None:
+    """Install the releases of `versions` that are missing, `at_once` at a time: a download and
+    its unpacking keep about one core and the network busy (about 100 s each on a 2-core box),
+    so two at once take little more than one. Only where the disk holds them all while they
+    unpack; a release that fails is left for its pass's set-up, which installs it again and
+    says why it cannot."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    missing = [v for v in dict.fromkeys(versions) if not installed(v) and not in_venv(v)]
+    workers = min(at_once, len(missing))
+    if workers < 2 or free_bytes() < workers * FREE_GB * 2**30:
+        return  # one, or no room for two: each pass's set-up installs its own
+
+    def one(version: str) -> None:
+        try:
+            install(version, say)
+        except SystemExit as e:
+            say(str(e))
+
+    say(f"installing {', '.join('torch=' + v for v in missing)}, {workers} at a time")
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(one, missing))
+
+
 def imported_version(version: str) -> str:
     """The torch that Python imports with the release first on PYTHONPATH; SystemExit if it is
     not that release."""

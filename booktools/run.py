@@ -360,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
 
     say(f"{len(labs)} lab(s) x {len(passes)} pass(es): {' '.join(names)}; default p = {DEFAULT_ENGINES}; "
         f"{os.cpu_count()} cores")
+    from booktools import releases
+
+    releases.install_at_once([v for p in passes for c in p.conditions for v in c.releases()], say)
     outcomes = []
     for p, column in zip(passes, names):
         try:

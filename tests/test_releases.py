@@ -152,3 +152,43 @@ def test_a_pick_by_the_tree_is_fixed_by_the_tree_and_rotates_over_commits(tmp_pa
         assert here == labs.by_tree(list(range(10)), root=repo)  # the same tree, the same pick
         picks.add(here)
     assert len(picks) > 5  # rotates
+
+
+def test_the_missing_releases_of_a_run_install_two_at_a_time_and_a_failure_is_left_to_its_pass(
+        monkeypatch, tmp_path):
+    """make test ON=torch=NEWEST,other-cpu,two=3@LOWEST installs two releases from a clean
+    clone (about 100 s each, mostly one core unpacking): they install at once. An installed
+    release is not installed again; a failed one is said and left to its pass's set-up; with
+    room on the disk for one only, nothing is installed here."""
+    import threading
+    import time
+
+    monkeypatch.setattr(releases, "RELEASES", tmp_path)
+    (tmp_path / "2.9.1").mkdir()
+    (tmp_path / "2.9.1" / ".installed").touch()
+    running, most, done = [], [], []
+    lock = threading.Lock()
+
+    def install(version, say):
+        with lock:
+            running.append(version)
+            most.append(len(running))
+        time.sleep(0.3)
+        with lock:
+            running.remove(version)
+        if version == "2.12.1":
+            raise SystemExit("torch=2.12.1: pip could not install torch==2.12.1")
+        done.append(version)
+
+    monkeypatch.setattr(releases, "install", install)
+    monkeypatch.setattr(releases, "in_venv", lambda version: False)
+    monkeypatch.setattr(releases, "free_bytes", lambda: ROOM)
+    said = []
+    releases.install_at_once(["2.8.0", "2.15.0", "2.9.1", "2.12.1", "2.8.0"], said.append)
+    assert sorted(done) == ["2.15.0", "2.8.0"] and max(most) == 2
+    assert said[0] == "installing torch=2.8.0, torch=2.15.0, torch=2.12.1, 2 at a time"
+    assert "pip could not install torch==2.12.1" in said[-1]
+    done.clear()
+    monkeypatch.setattr(releases, "free_bytes", lambda: (releases.FREE_GB + 1) * 2**30)
+    releases.install_at_once(["2.8.0", "2.15.0"], said.append)
+    assert done == []
