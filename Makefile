@@ -15,7 +15,8 @@ export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: setup venv book test test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-torch test-torch-all test-slurm \
-	test-hub test-hub-slurm test-load student grade grade-class test-student test-nbgrader bench bench-nodes bench-big labs jupyter clean
+	test-hub test-hub-slurm test-load student grade grade-class test-student test-nbgrader bench bench-nodes bench-big labs jupyter clean \
+	torch-releases
 
 setup: $(STAMP) $(MATHJAX)
 
@@ -101,6 +102,13 @@ test-torch:
 		"make test-torch: ON=$(ON)? Use one of ON=$(subst $() , ON=,$(TORCH_ON))" >&2; exit 2; }
 	$(MAKE) --no-print-directory test-labs ON=torch=$(TORCH)$(TORCH_ON_$(TORCH_ON_NAME)) \
 		LOG=_build/test-torch-$(TORCH)-$(TORCH_ON_NAME).log $(if $(RECORD),RECORD=benchmarks/results/test_torch.txt)
+
+# Releases of torch installed beside the venv, two at a time, before the targets that use them
+# (.ci/run: its three releases, which take little more than one): TORCH=2.8.0,2.15.0.
+comma := ,
+torch-releases: venv
+	@[ -n "$(TORCH)" ] || { echo "make torch-releases: name them, make torch-releases TORCH=2.8.0,2.15.0" >&2; exit 2; }
+	$(BIN)/python -m booktools.releases --install $(subst $(comma), ,$(TORCH))
 
 # The whole supported range: the nbval pass on the newest patch of every minor release
 # (booktools.releases.NEWEST_PATCH), each installed once into .torch/ and kept; every verdict goes
@@ -191,10 +199,13 @@ test-student: $(TEACH)
 # The one suite that scores every lab: nbgrader's own generate_assignment, autograde and export on
 # a course made from the labs (python -m teach.course): every lab's release is make student's,
 # scores 0 as handed out and full marks with its solutions, every cell run at p = 1; each plausible
-# mistake loses exactly its checks' points. NBGRADER_LABS=02,03 picks labs (tests/nbgrader).
-# About 5 min.
+# mistake loses exactly its checks' points. NBGRADER_LABS=02,03 picks labs (tests/nbgrader);
+# TORCH=X.Y.Z grades on that release of torch, installed once as make test-torch installs it
+# (.ci/run: the middle release the tree picks, python -m booktools.releases --middle). About 7 min.
 test-nbgrader: $(TEACH)
-	$(UNSET_DPLAB) NBGRADER_LABS="$(or $(NBGRADER_LABS),all)" $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/nbgrader
+	$(if $(TORCH),$(BIN)/python -m booktools.releases $(TORCH))
+	$(UNSET_DPLAB) NBGRADER_LABS="$(or $(NBGRADER_LABS),all)" NBGRADER_TORCH="$(TORCH)" \
+		$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/nbgrader
 
 # The labs were just executed by nbval; the book build re-runs only the chapters' cells.
 test-book: setup

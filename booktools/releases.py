@@ -3,7 +3,9 @@ run on each (benchmarks/results/test_torch.txt, which the intro page shows).
 
     python -m booktools.releases 2.8.0     # installs it once, prints the folder: .torch/2.8.0
     python -m booktools.releases --ends    # CI's two ends: 2.8.0 2.15.0
+    python -m booktools.releases --middle  # CI's middle release, picked by the tree
     python -m booktools.releases --all     # the newest patch of every supported minor release
+    python -m booktools.releases --install 2.8.0 2.15.0 2.12.1   # each installed, two at a time
 
 A release goes into .torch/X.Y.Z/ with `pip install --target`, once (a stamp file says it is
 complete). PyPI's Linux wheel is the CUDA build: it imports and runs on a machine with no GPU,
@@ -45,6 +47,17 @@ def ends() -> tuple[str, str]:
 
     low, new = supported_range()
     return NEWEST_PATCH[low], NEWEST_PATCH[new]
+
+
+def middle() -> str:
+    """The release CI tests besides the two ends (make test-nbgrader TORCH=...), picked by a
+    hash of the repository's tree (booktools.labs.by_tree): a given tree always tests the same
+    one, and successive commits give every release between the ends its turn, the reference
+    torch (the venv's, which stored the outputs) among them."""
+    from booktools.labs import by_tree
+
+    low, new = ends()
+    return by_tree([v for v in NEWEST_PATCH.values() if v not in (low, new)], salt="torch")
 
 
 def folder(version: str) -> Path:
@@ -181,13 +194,15 @@ def record(version: str, on: str, verdict: str, results: Path = RESULTS) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if argv in (["--ends"], ["--all"]):
-        picks = {"--ends": ends(), "--all": tuple(NEWEST_PATCH.values())}
+    if argv in (["--ends"], ["--middle"], ["--all"]):
+        picks = {"--ends": ends(), "--middle": (middle(),), "--all": tuple(NEWEST_PATCH.values())}
         print(*picks[argv[0]])
         return 0
+    if argv[:1] == ["--install"] and argv[1:]:
+        return install_each(argv[1:])
     if len(argv) != 1:
-        print("usage: python -m booktools.releases X.Y.Z (the runner's condition torch=X.Y.Z installs "
-              "it by itself)", file=sys.stderr)
+        print("usage: python -m booktools.releases X.Y.Z, or --install X.Y.Z ... (the runner's "
+              "condition torch=X.Y.Z installs it by itself)", file=sys.stderr)
         return 2
     version = argv[0]
     why = not_a_release(version) or (None if installed(version) else problem(version, free_bytes()))
@@ -196,6 +211,27 @@ def main(argv: list[str]) -> int:
         return 2
     install(version)
     print(f"torch {imported_version(version)}, from {folder(version).relative_to(ROOT)}/", flush=True)
+    return 0
+
+
+def install_each(versions: list[str]) -> int:
+    """--install: every release named, checked before any is installed, then installed two at
+    a time (install_at_once); 2 with what to do if one is refused or fails."""
+    missing = [v for v in versions if not in_venv(v) and not installed(v)]
+    why = next((w for v in versions if (w := not_a_release(v))), None) or (
+        problem(missing[0], free_bytes() - (len(missing) - 1) * FREE_GB * 2**30) if missing else None)
+    if why:
+        print(why, file=sys.stderr)
+        return 2
+    install_at_once(missing)
+    try:
+        for v in versions:
+            if not in_venv(v):
+                install(v)
+                print(f"torch {imported_version(v)}, from {folder(v).relative_to(ROOT)}/", flush=True)
+    except SystemExit as e:
+        print(e, file=sys.stderr)
+        return 2
     return 0
 
 

@@ -192,3 +192,29 @@ def test_the_missing_releases_of_a_run_install_two_at_a_time_and_a_failure_is_le
     monkeypatch.setattr(releases, "free_bytes", lambda: (releases.FREE_GB + 1) * 2**30)
     releases.install_at_once(["2.8.0", "2.15.0"], said.append)
     assert done == []
+
+
+def test_cis_middle_release_lies_between_the_ends_and_the_tree_picks_it(monkeypatch):
+    """.ci/run grades every lab on a third release (make test-nbgrader TORCH=$(--middle)):
+    strictly between the ends, the same for the same tree, and over trees every release between
+    them, the reference torch included; a release refused by --install is refused before any
+    is installed."""
+    from booktools import labs
+
+    low, new = releases.ends()
+    between = [v for v in releases.NEWEST_PATCH.values() if v not in (low, new)]
+    assert releases.middle() == releases.middle() in between
+    picks = set()
+    for i in range(60):
+        monkeypatch.setattr(labs, "by_tree", lambda items, salt="", i=i: items[i % len(items)])
+        picks.add(releases.middle())
+    assert picks == set(between) and "2.13.0" in picks
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "booktools.releases --middle" in ci and 'make test-nbgrader TORCH="$middle"' in ci
+    assert 'make torch-releases TORCH="$lowest,$newest,$middle"' in ci
+    monkeypatch.setattr(releases, "install_at_once", lambda *a, **k: pytest.fail("installed"))
+    assert releases.install_each(["2.9.1", "2.7.1"]) == 2
+    out = make.run("-n", "test-nbgrader", "TORCH=2.10.0")
+    assert "booktools.releases 2.10.0" in out.stdout and 'NBGRADER_TORCH="2.10.0"' in out.stdout
+    out = make.run("-n", "torch-releases", "TORCH=2.8.0,2.15.0,2.10.0")
+    assert "booktools.releases --install 2.8.0 2.15.0 2.10.0" in out.stdout, out.stdout + out.stderr

@@ -7,9 +7,10 @@ to this test); each of its plausible mistakes (booktools.labs, Lab.mistakes) los
 points of the checks that catch it. Nothing is left running, and the course is removed. What
 only our own grader does (its report, ranks that fail, the sandbox) is tests/student's.
 
-NBGRADER_LABS=02,03 picks labs (default: all). The solutions run on 1 engine; the stubs and the
-mistakes on 2, where a stub that leaves ranks waiting for each other, or a sum taken for its
-average, would show."""
+NBGRADER_LABS=02,03 picks labs (default: all); NBGRADER_TORCH=X.Y.Z a release of torch
+installed beside the venv (make test-nbgrader TORCH=X.Y.Z). The solutions run on 1 engine;
+the stubs and the mistakes on 2, where a stub that leaves ranks waiting for each other, or a
+sum taken for its average, would show."""
 import csv
 import os
 import shutil
@@ -25,6 +26,7 @@ import psutil
 import pytest
 from nbgrader.api import Gradebook, MissingEntry
 
+from booktools.conditions import TorchRelease
 from booktools.labs import chosen
 from teach import solutions, student
 from tests.support.grading import mistakes, points, with_mistake
@@ -35,13 +37,17 @@ LABS = chosen(os.environ.get("NBGRADER_LABS", "all"))
 MISTAKES = {name: m for name, m in mistakes().items() if m[0] in LABS}
 MISTAKE_ENGINES = "2"  # at p = 1 a sum is its average: the first mistake would not show
 LAB_TIMEOUT_S = 900  # one lab's autograde, every submission: the slowest lab takes ~2 min
+#: NBGRADER_TORCH=X.Y.Z (make test-nbgrader TORCH=X.Y.Z): that release first on PYTHONPATH, which
+#: nbgrader's kernels and their engines inherit, as the runner's condition torch=X.Y.Z does.
+TORCH = os.environ.get("NBGRADER_TORCH") or None
+TORCH_ENV = TorchRelease(TORCH).environment() if TORCH else {}
 
 
 def nbgrader(course: Path, *args: str, timeout: float = 120, engines: str = "1") -> str:
     """Run `nbgrader ARGS` in the course with `engines` engines, bounded: on time out its whole
     process group is killed. Its printout; AssertionError when it fails or logs an error."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
-    env.update(DPLAB_ENGINES=engines, PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
+    env.update(DPLAB_ENGINES=engines, PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", **TORCH_ENV)
     proc = subprocess.Popen([str(BIN / "nbgrader"), *args], cwd=course, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -70,6 +76,10 @@ def graded():
     """The course after generate_assignment, autograde and export of every lab: (course, the
     scores by (lab, learner), the checks that lost points by (lab, learner)). The course is
     removed afterwards."""
+    imported = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
+                              env={**os.environ, **TORCH_ENV}, capture_output=True, text=True).stdout.strip()
+    print(f"grading on torch {imported}")
+    assert TORCH is None or imported.split("+")[0] == TORCH, (TORCH, imported)
     before = set(cluster_processes())
     shm = set(os.listdir("/dev/shm"))
     course = Path(tempfile.mkdtemp(prefix="dplab-course-"))

@@ -134,8 +134,7 @@ def test_a_dead_kernels_slurm_job_is_cancelled_and_its_processes_end(sig):
 @pytest.mark.parametrize("lab, limit", [("00_meet_your_workers", 400), ("02_data_parallel_by_hand", 500)])
 def test_a_lab_runs_unchanged_on_engines_across_the_nodes(lab, limit):
     env = environment(DPLAB_LAUNCHER="slurm", DPLAB_NODES="2", DPLAB_IFACE=IFACE, PYTHONPATH=str(ROOT))
-    out = run([sys.executable, "tools/run_labs.py", "--setting",
-               f"slurm:DPLAB_LAUNCHER=slurm,DPLAB_NODES=2,DPLAB_IFACE={IFACE}",
+    out = run([sys.executable, "-m", "booktools.run", "--asserts-only", "--on", "quiet",
                f"labs/{lab}.ipynb"], timeout=limit, env=env)
     assert re.search(rf"{lab}.*ok", out.stdout + out.stderr), out.stdout + out.stderr
 
