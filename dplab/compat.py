@@ -69,6 +69,11 @@ def _release(version: str) -> tuple[int, int] | None:
     return (int(m[1]), int(m[2])) if m else None
 
 
+def at_least(since: str, version: str) -> bool:
+    """Whether torch `version` (2.11.0+cu130) is release `since` (X.Y) or a later one."""
+    return (_release(version) or (0, 0)) >= _release(since)
+
+
 def check_supported(version: str) -> str | None:
     """None when torch `version` is in the supported range, else what is wrong and what to do."""
     low, new = supported_range()

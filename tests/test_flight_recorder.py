@@ -218,3 +218,31 @@ def test_a_killed_kernels_saved_buffers_are_removed_by_the_next_save(tmp_path, m
         folder.mkdir()
     assert flight.sweep() == [ended.name]
     assert not ended.exists() and mine.exists() and other.exists()
+
+
+def test_an_analyzer_that_reads_no_gloo_buffers_is_a_missing_analyzer(tmp_path, monkeypatch):
+    """torch 2.10 and 2.11 ship the analyzer, but it asserts that every collective is NCCL's or
+    XCCL's: on Gloo's buffers it failed, and Lab 5 failed with it (make test-torch TORCH=2.10.0:
+    "name formatting error? gloo != 'nccl' or 'xccl'"). On those releases Gloo's buffers are an
+    AnalyzerMissing, which Lab 5 prints; from 2.12 the analyzer runs. The installed torch's own
+    analyzer says which it is: its Op accepts a gloo: name exactly where the kit runs it."""
+    import inspect
+
+    import torch
+
+    from dplab.compat import at_least
+    from torch.distributed.flight_recorder.components import types
+
+    write(tmp_path, 0, recorded("all_reduce"))
+    write(tmp_path, 1, recorded("broadcast"))
+    assert flight.comm_libs(str(tmp_path)) == {"gloo"}
+    reads_gloo = '"gloo"' in inspect.getsource(types.Op.__init__)
+    assert reads_gloo == at_least(flight.GLOO_ANALYZER_SINCE, torch.__version__), torch.__version__
+    for version, missing in (("2.11.0+cu130", True), ("2.10.0", True), ("2.12.1", False)):
+        monkeypatch.setattr(torch, "__version__", version)
+        if missing:
+            with pytest.raises(flight.AnalyzerMissing, match="reads NCCL's buffers, not Gloo's"):
+                flight.analyze(str(tmp_path))
+        else:
+            monkeypatch.setattr(torch, "__version__", "2.13.0")  # the analyzer runs: this venv's
+            assert flight.analyze(str(tmp_path)).culprits == {1}

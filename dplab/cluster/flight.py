@@ -31,6 +31,10 @@ from dataclasses import dataclass
 #: The analyzer's module (torch ANALYZER_SINCE and later ship it; before, it lived in pytorch's tools/).
 ANALYZER = "torch.distributed.flight_recorder.fr_trace"
 ANALYZER_SINCE = "2.10"  # the first torch whose wheel holds it (2.9.0's does not: checked in both wheels)
+#: The first torch whose analyzer reads Gloo's buffers: 2.10.0's and 2.11.0's assert that every
+#: collective's name starts with nccl: or xccl: ("name formatting error? gloo != 'nccl' or
+#: 'xccl'", components/types.py, Op); 2.12.1's accepts gloo: (checked in those wheels).
+GLOO_ANALYZER_SINCE = "2.12"
 #: torch's own default ring (TORCH_FR_BUFFER_SIZE unset): DEFAULT_RING collectives per process from
 #: DEFAULT_RING_SINCE on, none before (FlightRecorder.hpp of each wheel; tests/test_flight_recorder.py
 #: reads the installed torch's header).
@@ -52,8 +56,9 @@ class FlightRecordsError(RuntimeError):
 
 
 class AnalyzerMissing(FlightRecordsError):
-    """This torch has no Flight Recorder analyzer (before ANALYZER_SINCE): the buffers are saved
-    and complete, and a newer torch can analyse them. The one FlightRecordsError a lab may expect."""
+    """This torch has no Flight Recorder analyzer for these buffers (none before ANALYZER_SINCE,
+    none for Gloo's before GLOO_ANALYZER_SINCE): the buffers are saved and complete, and a newer
+    torch can analyse them. The one FlightRecordsError a lab may expect."""
 
 
 def torch_problem() -> str | None:
@@ -268,6 +273,18 @@ def _world_size(dump: dict) -> int | None:
     return None
 
 
+def comm_libs(folder: str) -> set[str]:
+    """The communication libraries ('gloo', 'nccl') whose collectives the buffers in `folder`
+    hold: each entry's profiling name is '<library>:<collective>'."""
+    libs = set()
+    for name in os.listdir(folder):
+        if re.fullmatch(rf"{PREFIX}\d+", name):
+            with open(os.path.join(folder, name), "rb") as f:
+                entries = pickle.load(f).get("entries") or []
+            libs |= {str(e.get("profiling_name", "")).split(":")[0] for e in entries} - {""}
+    return libs
+
+
 def check_folder(folder: str) -> list[int]:
     """The ranks whose buffers `folder` holds; raise if one is missing or unreadable."""
     if not os.path.isdir(folder):
@@ -310,6 +327,15 @@ def analyze(folder: str | None = None, timeout: float = 60) -> FlightAnalysis:
             f"torch {torch.__version__.split('+')[0]} has no Flight Recorder analyzer ({ANALYZER}, in torch "
             f"{ANALYZER_SINCE} and later): the buffers are saved; analyse them with a newer torch: "
             f"python -m {ANALYZER} FOLDER -p {PREFIX}")
+    import torch
+
+    from dplab.compat import at_least
+
+    if "gloo" in comm_libs(str(folder)) and not at_least(GLOO_ANALYZER_SINCE, torch.__version__):
+        raise AnalyzerMissing(
+            f"torch {torch.__version__.split('+')[0]}'s Flight Recorder analyzer reads NCCL's buffers, "
+            f"not Gloo's (torch {GLOO_ANALYZER_SINCE} and later read both): the buffers are saved; "
+            f"analyse them with a newer torch: python -m {ANALYZER} FOLDER -p {PREFIX}")
     try:
         done = subprocess.run([sys.executable, "-m", ANALYZER, str(folder), "-p", PREFIX], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=timeout)
