@@ -1,12 +1,11 @@
 """Write the code the labs and chapters teach into the `labcode` package, so that benchmarks,
 tests and other pages import the page's own code instead of a copy of it.
 
-A lab marks a code cell for export with the first line (after a `%%px` line, if any)
-
-    #| export: MODULE
-
-and a chapter marks a MyST code cell (```{code-cell} ipython3) the same way, on the first
-line of the cell's code, after its options (`:tags: [...]`). From each marked cell the tool
+A lab marks a code cell for export with the cell tag `export-MODULE` (JupyterLab's property
+inspector, or the cell's metadata), and a chapter marks a MyST code cell (```{code-cell}
+ipython3) with the same tag in its options (`:tags: [export-MODULE]`): the reader's page does
+not show it. (A first line `#| export: MODULE`, the marker of before, is refused with what to
+do instead: the reader saw it.) From each marked cell the tool
 takes the top-level functions, classes and UPPER_CASE constants, in the book's order (that
 of _toc.yml), and nothing that runs. It writes them to labcode/MODULE.py with the imports
 they need, taken from the page's own import lines, and a comment that names the page and
@@ -36,7 +35,8 @@ from pathlib import Path
 from booktools.pages import ROOT, page_at, toc
 from teach.solutions import strip_markers
 
-MARKER = re.compile(r"^#\|\s*export:\s*([A-Za-z_]\w*)\s*$")
+TAG = re.compile(r"^export-([A-Za-z_]\w*)$")
+OLD_MARKER = re.compile(r"^#\|\s*export:\s*([A-Za-z_]\w*)\s*$")
 HEADING = re.compile(r"^(#{1,6})\s+(.*\S)\s*$")
 LEAD = re.compile(r"^\*\*(.+?)\.?\*\*")  # a paragraph's bold lead-in, "**Ring all-reduce.** ..."
 # The command labcode/'s files name as their maker: an alias of this module. Changing it
@@ -55,6 +55,7 @@ class Cell:
     where: str   # how an error names the cell: "04_ddp.ipynb cell 46", "ddp.md line 380"
     headings: list[str] = field(default_factory=list)  # markdown: its headings' text, in order
     lead: str | None = None  # markdown: the bold lead-in of the first paragraph after the last heading
+    tags: list[str] = field(default_factory=list)  # code: the cell's tags (export-MODULE among them)
 
 
 @dataclass
@@ -89,7 +90,7 @@ def read_page(path: Path) -> list[Cell]:
                 first = next((k for k, line in enumerate(lines)
                               if line.strip() and not line.lstrip().startswith("%")), 0)
                 where = f"{path.name} line {cell.line + first}"  # the code's first line
-            cells.append(Cell("code", _without_magics(code), where))
+            cells.append(Cell("code", _without_magics(code), where, tags=cell.tags))
             continue
         lines = prose.get(cell.index, [])
         if not page.is_lab and not any(line.text.strip() for line in lines):
@@ -182,12 +183,19 @@ def collect(labs: list[Path], chapters: list[Path] = ()) -> dict[str, Module]:
             if cell.kind != "code":
                 continue
             code = cell.source
-            first = code.lstrip("\n").split("\n", 1)[0]
-            match = MARKER.match(first)
-            if not match:
-                continue
             where = cell.where
-            mod = modules.setdefault(match.group(1), Module())
+            old = OLD_MARKER.match(code.lstrip("\n").split("\n", 1)[0])
+            if old:
+                raise ExportError(f"{where} marks its export with a first line '{old.group(0)}', which the "
+                                  f"reader sees: remove the line and give the cell the tag export-{old.group(1)}")
+            marked = [m.group(1) for t in cell.tags if (m := TAG.match(t))]
+            if not marked:
+                continue
+            if len(marked) > 1:
+                raise ExportError(f"{where} has the tags of {len(marked)} modules ({', '.join(marked)}): "
+                                  "a cell exports into one")
+            module = marked[0]
+            mod = modules.setdefault(module, Module())
             if page not in mod.pages:
                 mod.pages.append(page)
             lines = code.splitlines()
@@ -206,9 +214,9 @@ def collect(labs: list[Path], chapters: list[Path] = ()) -> dict[str, Module]:
             for node in nodes:
                 for name in _exported(node):
                     if name in mod.names:
-                        raise ExportError(f"{where} exports {name}, which labcode.{match.group(1)} already has")
+                        raise ExportError(f"{where} exports {name}, which labcode.{module} already has")
                     mod.names.add(name)
-                    exported_by[name] = match.group(1)
+                    exported_by[name] = module
             needed = loaded - bound - mod.names - set(dir(builtins))
             missing = sorted(n for n in needed if n not in imports and n not in exported_by)
             if missing:

@@ -19,19 +19,20 @@ def test_labcode_is_what_the_labs_export():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def write_lab(folder: Path, *cells: tuple[str, str]) -> None:
-    """A minimal notebook of (cell_type, source) cells in folder/01_t.ipynb."""
-    nb = {"cells": [{"cell_type": t, "source": src, "metadata": {}, **({"outputs": [], "execution_count": None}
-                                                                       if t == "code" else {})}
-                    for t, src in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+def write_lab(folder: Path, *cells: tuple) -> None:
+    """A minimal notebook of (cell_type, source) or (cell_type, source, tags) cells in
+    folder/01_t.ipynb."""
+    nb = {"cells": [{"cell_type": t, "source": src, "metadata": {"tags": list(tags[0])} if tags else {},
+                     **({"outputs": [], "execution_count": None} if t == "code" else {})}
+                    for t, src, *tags in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     (folder / "01_t.ipynb").write_text(json.dumps(nb))
 
 
 def test_export_takes_definitions_and_their_imports_but_nothing_that_runs(tmp_path):
     write_lab(tmp_path, ("code", "import math\nimport numpy as np"),
               ("markdown", "## Steps\n\n**Halve it.** text"),
-              ("code", "%%px\n#| export: demo\nSCALE = 2\ndef halve(x):\n    return np.asarray(x) / SCALE\n"
-                       "print(halve(4))"),
+              ("code", "%%px\nSCALE = 2\ndef halve(x):\n    return np.asarray(x) / SCALE\n"
+                       "print(halve(4))", ["export-demo"]),
               ("code", "def not_exported():\n    pass"))
     files = export.render(export.collect(sorted(tmp_path.glob("*.ipynb"))))
     text = files["demo.py"]
@@ -44,7 +45,7 @@ def test_export_takes_definitions_and_their_imports_but_nothing_that_runs(tmp_pa
 
 
 def test_export_refuses_code_that_uses_an_engine_global(tmp_path):
-    write_lab(tmp_path, ("code", "%%px\n#| export: demo\ndef mine(x):\n    return x[rank]"))
+    write_lab(tmp_path, ("code", "%%px\ndef mine(x):\n    return x[rank]", ["export-demo"]))
     with pytest.raises(export.ExportError, match=r"01_t.ipynb cell 0 .* uses rank"):
         export.collect(sorted(tmp_path.glob("*.ipynb")))
 
@@ -52,26 +53,49 @@ def test_export_refuses_code_that_uses_an_engine_global(tmp_path):
 def test_a_module_imports_what_another_module_exported_earlier(tmp_path):
     """A lab may export its algorithm and the tools that measure it into two modules; a name the
     second uses from the first is imported from it, and a name exported only later is refused."""
-    write_lab(tmp_path, ("code", "#| export: algo\ndef double(x):\n    return 2 * x"),
-              ("code", "#| export: measure\ndef timed(x):\n    return double(x), later(x)"),
-              ("code", "#| export: algo\ndef later(x):\n    return x"))
+    write_lab(tmp_path, ("code", "def double(x):\n    return 2 * x", ["export-algo"]),
+              ("code", "def timed(x):\n    return double(x), later(x)", ["export-measure"]),
+              ("code", "def later(x):\n    return x", ["export-algo"]))
     with pytest.raises(export.ExportError, match=r"cell 1 exports code that uses later"):
         export.collect(sorted(tmp_path.glob("*.ipynb")))
-    write_lab(tmp_path, ("code", "#| export: algo\ndef double(x):\n    return 2 * x"),
-              ("code", "#| export: measure\ndef timed(x):\n    return double(x)"))
+    write_lab(tmp_path, ("code", "def double(x):\n    return 2 * x", ["export-algo"]),
+              ("code", "def timed(x):\n    return double(x)", ["export-measure"]))
     files = export.render(export.collect(sorted(tmp_path.glob("*.ipynb"))))
     assert "from labcode.algo import double" in files["measure.py"]
     assert "import" not in files["algo.py"].split('"""')[2]
 
 
 def test_export_refuses_constants_assigned_together_instead_of_skipping_them(tmp_path):
-    write_lab(tmp_path, ("code", "#| export: demo\nA, B = 1, 2\ndef one():\n    return A"))
+    write_lab(tmp_path, ("code", "A, B = 1, 2\ndef one():\n    return A", ["export-demo"]))
     with pytest.raises(export.ExportError, match=r"cell 0 assigns A, B in one statement.*one assignment per line"):
         export.collect(sorted(tmp_path.glob("*.ipynb")))
 
 
+def test_the_old_marker_line_the_reader_saw_is_refused_and_a_cell_exports_into_one_module(tmp_path):
+    """Before, a cell was marked with a first line '#| export: MODULE', which every reader saw
+    (issue 60): now a tag. The old line is refused, saying what to do; two modules' tags too."""
+    write_lab(tmp_path, ("code", "%%px\n#| export: demo\ndef one():\n    return 1"))
+    with pytest.raises(export.ExportError, match=r"cell 0 marks its export with a first line '#\| export: demo'"
+                                                 r".*give the cell the tag export-demo"):
+        export.collect(sorted(tmp_path.glob("*.ipynb")))
+    write_lab(tmp_path, ("code", "def one():\n    return 1", ["export-a", "hide-input", "export-b"]))
+    with pytest.raises(export.ExportError, match=r"cell 0 has the tags of 2 modules \(a, b\)"):
+        export.collect(sorted(tmp_path.glob("*.ipynb")))
+
+
+def test_no_page_shows_an_export_marker():
+    """Every exported cell of the book carries its module as a tag, none as a line of its code."""
+    from booktools.pages import toc
+
+    shown = [f"{page.file} {cell.where}" for page in toc() for cell in page.code_cells
+             if export.OLD_MARKER.search(cell.source.replace("%%px\n", "").lstrip("\n").split("\n", 1)[0])]
+    assert shown == []
+    tagged = sum(any(export.TAG.match(t) for t in cell.tags) for page in toc() for cell in page.code_cells)
+    assert tagged > 50, tagged
+
+
 def test_check_fails_when_labcode_was_edited_by_hand(tmp_path):
-    write_lab(tmp_path, ("code", "#| export: demo\ndef one():\n    return 1"))
+    write_lab(tmp_path, ("code", "def one():\n    return 1", ["export-demo"]))
     out = tmp_path / "pkg"
     args = ["--labs", str(tmp_path), "--chapters", str(tmp_path), "--out", str(out)]
     assert export.main(args) == 0
@@ -112,10 +136,9 @@ $$
 ```
 
 ```{code-cell} ipython3
-:tags: [hide-input]
+:tags: [hide-input, export-demo]
 :mystnb:
 :  code_prompt_show: "Show the code"
-#| export: demo
 # also not a heading: a comment in the cell
 SCALE = 2
 
@@ -164,7 +187,7 @@ def test_chapter_cells_export_their_definitions_with_the_chapter_and_section(tmp
 
 def test_chapter_export_refuses_a_name_the_page_merely_holds(tmp_path):
     uses_data = CHAPTER.replace("return np.asarray(x) / SCALE", "return data[x] / SCALE")
-    line = uses_data.splitlines().index("#| export: demo") + 1
+    line = uses_data.splitlines().index("# also not a heading: a comment in the cell") + 1
     with pytest.raises(export.ExportError, match=rf"t.md line {line} .* uses data, .*argument"):
         export.collect([], [write_chapter(tmp_path, uses_data)])
 
@@ -177,7 +200,7 @@ def test_check_fails_when_labcode_differs_from_a_chapter(tmp_path):
     chapter.write_text(CHAPTER.replace("SCALE = 2", "SCALE = 3"))
     assert export.main(args + ["--check"]) == 1
     assert export.main(args) == 0 and "SCALE = 3" in (out / "demo.py").read_text()
-    chapter.write_text(CHAPTER.replace("#| export: demo\n# also", "# also"))
+    chapter.write_text(CHAPTER.replace(":tags: [hide-input, export-demo]", ":tags: [hide-input]"))
     assert export.main(args + ["--check"]) == 1  # labcode/demo.py is now stale
 
 
