@@ -239,7 +239,7 @@ def ps_worker(comm, model, batch, delay):
         sent += 1
 
 
-# From labs/08_stragglers.ipynb, section "5. Backup workers", "Time saved (timings: output not compared)".
+# From labs/08_stragglers.ipynb, section "5. Backup workers", "Time saved".
 def ps_schedule(workers, updates, wait_for, c, delay):
     # The times of a synchronous server's updates, in virtual time: worker j's i-th
     # gradient takes c + delay(j, i) seconds; as in ps_server, each update is the
@@ -263,11 +263,11 @@ def ps_schedule(workers, updates, wait_for, c, delay):
     return np.array(times)
 
 
-# From labs/08_stragglers.ipynb, section "Every rank's wait, step by step", "The check (timings: this cell's output is not compared)".
+# From labs/08_stragglers.ipynb, section "Every rank's wait, step by step", "The check".
 TOL_TRACE = 0.1  # the same calls timed by two clocks: only the marks differ
 
 
-# From labs/08_stragglers.ipynb, section "Every rank's wait, step by step", "The check (timings: this cell's output is not compared)".
+# From labs/08_stragglers.ipynb, section "Every rank's wait, step by step", "The check".
 def all_reduce_extra(log, delays):
     # Each (rank, step)'s all-reduce time beyond a sleeper's, from the timeline. A rank
     # that slept joins the all-reduce last and waits for nobody: the median of theirs is
