@@ -203,7 +203,7 @@ test-student: $(TEACH)
 # TORCH=X.Y.Z grades on that release of torch, installed once as make test-torch installs it
 # (.ci/run: the middle release the tree picks, python -m booktools.releases --middle). About 7 min.
 test-nbgrader: $(TEACH)
-	$(if $(TORCH),$(BIN)/python -m booktools.releases $(TORCH))
+	$(if $(TORCH),$(BIN)/python -m booktools.releases --install $(TORCH))
 	$(UNSET_DPLAB) NBGRADER_LABS="$(or $(NBGRADER_LABS),all)" NBGRADER_TORCH="$(TORCH)" \
 		$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/nbgrader
 

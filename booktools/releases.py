@@ -205,6 +205,9 @@ def main(argv: list[str]) -> int:
               "condition torch=X.Y.Z installs it by itself)", file=sys.stderr)
         return 2
     version = argv[0]
+    if not not_a_release(version) and in_venv(version):
+        print(f"torch {version} is the venv's own: nothing to install", flush=True)
+        return 0
     why = not_a_release(version) or (None if installed(version) else problem(version, free_bytes()))
     if why:
         print(why, file=sys.stderr)
@@ -223,7 +226,8 @@ def install_each(versions: list[str]) -> int:
     if why:
         print(why, file=sys.stderr)
         return 2
-    install_at_once(missing)
+    if len(missing) > 1:
+        install_at_once(missing)
     try:
         for v in versions:
             if not in_venv(v):
