@@ -204,25 +204,17 @@ def main(argv: list[str]) -> int:
         print("usage: python -m booktools.releases X.Y.Z, or --install X.Y.Z ... (the runner's "
               "condition torch=X.Y.Z installs it by itself)", file=sys.stderr)
         return 2
-    version = argv[0]
-    if not not_a_release(version) and in_venv(version):
-        print(f"torch {version} is the venv's own: nothing to install", flush=True)
-        return 0
-    why = not_a_release(version) or (None if installed(version) else problem(version, free_bytes()))
-    if why:
-        print(why, file=sys.stderr)
-        return 2
-    install(version)
-    print(f"torch {imported_version(version)}, from {folder(version).relative_to(ROOT)}/", flush=True)
-    return 0
+    return install_each(argv)
 
 
 def install_each(versions: list[str]) -> int:
-    """--install: every release named, checked before any is installed, then installed two at
-    a time (install_at_once); 2 with what to do if one is refused or fails."""
-    missing = [v for v in versions if not in_venv(v) and not installed(v)]
-    why = next((w for v in versions if (w := not_a_release(v))), None) or (
-        problem(missing[0], free_bytes() - (len(missing) - 1) * FREE_GB * 2**30) if missing else None)
+    """Every release named (X.Y.Z, or --install's several), checked before any is installed,
+    then installed, two at a time where several are missing (install_at_once); the venv's own
+    release is not installed. 2 with what to do if one is refused, 1 if pip fails."""
+    why = next((w for v in versions if (w := not_a_release(v))), None)
+    missing = [] if why else [v for v in versions if not in_venv(v) and not installed(v)]
+    why = why or (problem(missing[0], free_bytes() - (len(missing) - 1) * FREE_GB * 2**30)
+                  if missing else None)
     if why:
         print(why, file=sys.stderr)
         return 2
@@ -230,12 +222,14 @@ def install_each(versions: list[str]) -> int:
         install_at_once(missing)
     try:
         for v in versions:
-            if not in_venv(v):
-                install(v)
-                print(f"torch {imported_version(v)}, from {folder(v).relative_to(ROOT)}/", flush=True)
+            if in_venv(v):
+                print(f"torch {v} is the venv's own: nothing to install", flush=True)
+                continue
+            install(v)
+            print(f"torch {imported_version(v)}, from {folder(v).relative_to(ROOT)}/", flush=True)
     except SystemExit as e:
         print(e, file=sys.stderr)
-        return 2
+        return 1
     return 0
 
 

@@ -314,6 +314,10 @@ def analyze(folder: str | None = None, timeout: float = 60) -> FlightAnalysis:
     process, a StuckRanksError's `flight_records`), at most `timeout` s; name the ranks it blames."""
     import importlib.util
 
+    import torch
+
+    from dplab.compat import at_least
+
     folder = folder or last_records
     if folder is None:
         raise FlightRecordsError("no Flight Recorder buffers were saved in this session: start the cluster "
@@ -321,16 +325,10 @@ def analyze(folder: str | None = None, timeout: float = 60) -> FlightAnalysis:
                                  "that hangs")
     check_folder(str(folder))
     if importlib.util.find_spec(ANALYZER.rsplit(".", 1)[0]) is None:
-        import torch
-
         raise AnalyzerMissing(
             f"torch {torch.__version__.split('+')[0]} has no Flight Recorder analyzer ({ANALYZER}, in torch "
             f"{ANALYZER_SINCE} and later): the buffers are saved; analyse them with a newer torch: "
             f"python -m {ANALYZER} FOLDER -p {PREFIX}")
-    import torch
-
-    from dplab.compat import at_least
-
     if "gloo" in comm_libs(str(folder)) and not at_least(GLOO_ANALYZER_SINCE, torch.__version__):
         raise AnalyzerMissing(
             f"torch {torch.__version__.split('+')[0]}'s Flight Recorder analyzer reads NCCL's buffers, "
