@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tests.support.processes import descendants, wait_until_gone
+from tests.support.processes import descendants, mpich_segments, segments_left, wait_until_gone
 
 BIN = os.path.dirname(sys.executable)
 
@@ -21,8 +21,9 @@ def clean_env(monkeypatch):
 
 @pytest.fixture
 def leaves_nothing():
-    """Fail if the test leaves a process running or a file of MPICH's in /dev/shm."""
-    before, shm = descendants(), set(os.listdir("/dev/shm"))
+    """Fail if the test leaves a process running or a file of MPICH's in /dev/shm (one that no
+    live process maps: tests.support.processes.segments_left)."""
+    before, shm = descendants(), mpich_segments()
     yield
     assert wait_until_gone(descendants() - before, timeout=5) == set()
-    assert {f for f in set(os.listdir("/dev/shm")) - shm if f.startswith("mpich")} == set()
+    assert segments_left(shm) == set()

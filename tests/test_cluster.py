@@ -272,3 +272,27 @@ def test_a_file_mapped_and_then_closed_is_found_for_removal():
         proc.kill()
         proc.wait()
         processes.unlink(path)
+
+
+def test_a_segment_is_left_only_once_no_live_process_maps_it():
+    """leaves_nothing's rule for /dev/shm (tests.support.processes.segments_left): a process
+    that imports mpi4py.MPI without mpiexec (an MPICH singleton: a page test, a learner's kernel
+    beside the suite) holds /dev/shm/mpich_shm_<PID in hex>_0 while it lives, which is not a
+    leak of the test running beside it; once it is killed without finalising, the file is left."""
+    from tests.support.processes import mpich_segments, segments_left
+
+    before = mpich_segments()
+    script = "from mpi4py import MPI\nprint('up', flush=True)\nimport time; time.sleep(60)\n"
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    mine = f"mpich_shm_{proc.pid:x}_0"
+    try:
+        assert proc.stdout.readline().strip() == "up"
+        assert mine in mpich_segments() - before  # a singleton's segment, named by its PID
+        assert segments_left(before) == set()  # mapped by a live process: not left
+        proc.kill()
+        proc.wait()
+        assert segments_left(before) == {mine}  # killed before MPI_Finalize: left
+    finally:
+        proc.kill()
+        proc.wait()
+        processes.unlink(f"/dev/shm/{mine}")

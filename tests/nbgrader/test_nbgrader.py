@@ -31,6 +31,7 @@ from booktools.labs import chosen
 from teach import solutions, student
 from tests.support.grading import mistakes, points, with_mistake
 from tests.support.processes import lab_processes as cluster_processes
+from tests.support.processes import mpich_segments, segments_left
 
 BIN = Path(sys.executable).parent
 LABS = chosen(os.environ.get("NBGRADER_LABS", "all"))
@@ -81,7 +82,7 @@ def graded():
     print(f"grading on torch {imported}")
     assert TORCH is None or imported.split("+")[0] == TORCH, (TORCH, imported)
     before = set(cluster_processes())
-    shm = set(os.listdir("/dev/shm"))
+    shm = mpich_segments()
     course = Path(tempfile.mkdtemp(prefix="dplab-course-"))
     try:
         subprocess.run([sys.executable, "-m", "teach.course", str(course),
@@ -125,7 +126,7 @@ def graded():
         for p in alive:
             p.kill()
         assert not left, f"autograde left processes running: {left}"
-        assert not {f for f in set(os.listdir("/dev/shm")) - shm if f.startswith("mpich")}
+        assert not segments_left(shm)
         assert not course.exists()
 
 

@@ -1,5 +1,6 @@
-"""The processes a test started, waiting for them to exit, and finding a cluster's or a
-notebook's processes (psutil)."""
+"""The processes a test started, waiting for them to exit, finding a cluster's or a
+notebook's processes (psutil), and MPICH's files a test left in /dev/shm."""
+import os
 import re
 
 import psutil
@@ -27,6 +28,26 @@ def wait_until_gone(pids: set[int], timeout: float = 10.0) -> set[int]:
             pass
     _, alive = psutil.wait_procs(procs, timeout=timeout)
     return {p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE}
+
+
+def mpich_segments() -> set[str]:
+    """The names of MPICH's shared-memory files in /dev/shm now."""
+    return {f for f in os.listdir("/dev/shm") if f.startswith("mpich")}
+
+
+def segments_left(before: set[str]) -> set[str]:
+    """MPICH's files in /dev/shm that appeared since `before` (mpich_segments()) and that no live
+    process maps: left by a process that ended without finalising MPI. A file a live process
+    still maps is another program's: any Python process on the machine that imports mpi4py.MPI
+    without mpiexec (a singleton: a page test, a second learner's kernel) makes
+    /dev/shm/mpich_shm_<its PID in hex>_0 while it lives, and removes it at exit."""
+    from dplab.cluster.processes import files_held_open
+
+    new = mpich_segments() - before
+    if not new:
+        return set()
+    held = {os.path.basename(path) for path in files_held_open(list(psutil.process_iter()))}
+    return {f for f in new - held if os.path.exists(f"/dev/shm/{f}")}
 
 
 def running_command(cmdline: list[str]) -> list[psutil.Process]:
