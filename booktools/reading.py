@@ -2,11 +2,11 @@
 
 Prose is what a reader reads as text (booktools.pages: a chapter's Markdown or a lab's Markdown
 cells, without code, display math, front matter, directive options, HTML comments,
-cross-reference labels or a References section, which is looked up, not read), and here also
-without a figure's caption (SKIMMED) and without what is folded by `:class: dropdown`
-(solutions, "How this is checked" boxes), which a reader opens on purpose. Code and outputs are
-not counted (a reader skims them at a pace no word count gives), nor is the time a lab takes to
-run (the landing page gives that apart).
+cross-reference labels or a References section, which is looked up, not read). A figure's
+caption is read, and counted. What is folded by `:class: dropdown` (solutions, "How this is
+checked" boxes) is not: a reader opens it on purpose. Code and outputs are not counted (a reader
+skims them at a pace no word count gives), nor is the time a lab takes to run (the landing page
+gives that apart).
 
     python -m booktools.reading    # each page of _toc.yml in order, and the total
 """
@@ -18,19 +18,20 @@ from pathlib import Path
 
 from booktools.pages import Line, Page, toc
 
-# The average silent reading rate of adults for non-fiction in English: M. Brysbaert, "How
-# many words do we read per minute? A review and meta-analysis of reading rate", Journal of
-# Memory and Language 109 (2019) 104047.
-WORDS_PER_MINUTE = 238
-SKIMMED = ("figure", "image", "glue:figure")  # a figure: looked at, its caption not read as prose
+# The book's budgets are counted at 200 words a minute: a newcomer reads a technical text more
+# slowly than the average silent rate of adults for non-fiction (238 words a minute: M.
+# Brysbaert, "How many words do we read per minute? A review and meta-analysis of reading rate",
+# Journal of Memory and Language 109 (2019) 104047).
+WORDS_PER_MINUTE = 200
+PAGE_LIMIT_MIN = 12  # no page longer
+BOOK_LIMIT_MIN = 200  # the whole book, every page of _toc.yml: a weekend
 WORD = re.compile(r"[A-Za-z0-9][\w'’-]*")
 
 
 def read_lines(page: Page) -> list[Line]:
-    """The prose a reader reads: not inside a figure, nor inside a directive of class dropdown
+    """The prose a reader reads, captions included: not inside a directive of class dropdown
     (a {dropdown} directive is read, as it always was here)."""
-    return [line for line in page.prose
-            if not any(f.name in SKIMMED or "dropdown" in f.classes for f in line.fences)]
+    return [line for line in page.prose if not any("dropdown" in f.classes for f in line.fences)]
 
 
 def prose(text: str) -> str:
@@ -53,8 +54,11 @@ def minutes(page: Page) -> float:
 def main() -> int:
     pages = toc()
     for page in pages:
-        print(f"{minutes(page):5.1f} min  {page.file}")
-    print(f"{sum(map(minutes, pages)):5.1f} min  in all, at {WORDS_PER_MINUTE} words a minute")
+        over = "   (over the page's limit)" if minutes(page) > PAGE_LIMIT_MIN else ""
+        print(f"{minutes(page):5.1f} min  {page.file}{over}")
+    total = sum(map(minutes, pages))
+    print(f"{total:5.1f} min  in all, at {WORDS_PER_MINUTE} words a minute (limits: {PAGE_LIMIT_MIN} a page, "
+          f"{BOOK_LIMIT_MIN} the book)")
     return 0
 
 

@@ -1,11 +1,12 @@
-"""Each page's reading time (booktools.reading): no page of the book over LIMIT_MIN minutes
-(issue 46), and the count reads what a reader reads, nothing else."""
+"""Each page's reading time (booktools.reading), at 200 words a minute with captions counted: no
+page of the book over reading.PAGE_LIMIT_MIN minutes (issue 46), the whole book within
+reading.BOOK_LIMIT_MIN (issue 60), and the count reads what a reader reads, nothing else."""
 import pytest
 
 from booktools import reading
 from booktools.pages import toc
 
-LIMIT_MIN = 12
+LIMIT_MIN = reading.PAGE_LIMIT_MIN
 # Pages still over the limit, each with what will bring it under. The test fails when a page
 # not listed is over, and when a listed one is under (strike it from the list).
 TOO_LONG: dict[str, str] = {}
@@ -19,12 +20,25 @@ def test_no_page_takes_longer_than_the_limit_to_read():
     assert not under, f"now under {LIMIT_MIN} minutes: strike {under} from TOO_LONG"
 
 
+def test_the_whole_book_reads_within_its_limit():
+    minutes = {page.file: round(reading.minutes(page), 1) for page in toc()}
+    total = sum(minutes.values())
+    assert total <= reading.BOOK_LIMIT_MIN, (
+        f"the book takes {total:.0f} minutes to read, over {reading.BOOK_LIMIT_MIN}: {minutes}")
+
+
 PAGE = """---
 jupytext: {}
 ---
 # Title
 
 Five words of prose here.
+
+```{figure} ../img/ring.svg
+:name: fig-ring
+
+A caption is read.
+```
 
 ```{code-cell} ipython3
 print("code is not read as prose at all")
@@ -51,10 +65,10 @@ Two more.
 """
 
 
-def test_the_count_reads_prose_and_skips_code_math_folded_boxes_and_references():
+def test_the_count_reads_prose_and_captions_and_skips_code_math_folded_boxes_and_references():
     text = reading.prose(PAGE)
     assert reading.WORD.findall(text) == ["Title", "Five", "words", "of", "prose", "here",
-                                               "Two", "more"]
+                                               "A", "caption", "is", "read", "Two", "more"]
 
 
 @pytest.mark.parametrize("folded", [False, True])
