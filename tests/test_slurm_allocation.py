@@ -87,3 +87,41 @@ def test_a_job_slurmctld_has_forgotten_is_not_listed_and_other_failures_still_ra
     monkeypatch.setenv("ANSWER", "Unable to contact slurm controller (connect failure)")
     with pytest.raises(ClusterError, match="Unable to contact"):
         slurm.job_listed("23")
+
+
+@pytest.mark.parametrize("answers_again", [False, True], ids=["never answers", "answers again"])
+def test_a_node_of_the_job_that_accepts_no_connection_fails_the_start_soon_and_is_named(
+        monkeypatch, answers_again):
+    """While the engines start, the sbatch launcher probes the job's nodes: one whose slurmd
+    accepts no connection for NODE_SILENT_S fails the start, named, long before slurmctld
+    notices (its SlurmdTimeout, after which the job ends: 83 s in make test-slurm's
+    test_a_node_that_never_comes_up..., which took 94 s in all). A node silent for less, whose
+    engines then connect, is no failure. Without SLURM: its commands are faked."""
+    from types import SimpleNamespace
+    import time
+
+    monkeypatch.setattr(slurm, "NODE_SILENT_S", 0.6)
+    monkeypatch.setattr(slurm, "NODE_PROBE_EVERY_S", 0.1)
+    monkeypatch.setattr(slurm, "START_TIMEOUT_S", 5)
+    monkeypatch.setattr(slurm, "job_listed", lambda job: True)
+    t0 = time.monotonic()
+    # node2 silent for its first 0.3 s only if it answers again, and the engines connect at 0.8 s
+    monkeypatch.setattr(slurm, "unreachable_nodes", lambda nodes: [
+        n for n in nodes if n == "node2" and not (answers_again and time.monotonic() - t0 > 0.3)])
+
+    class Client:
+        @property
+        def ids(self):
+            return [0, 1] if answers_again and time.monotonic() - t0 > 0.8 else []
+
+    client = Client()
+    launcher = slurm.SlurmLauncher(slurm.SlurmSettings(nodes=2, partition="debug", cpus_per_node=2))
+    monkeypatch.setattr(launcher, "_job_nodes", lambda: ["node1", "node2"])
+    monkeypatch.setattr(launcher, "_job_output", lambda: "(the job's output)")
+    cluster = SimpleNamespace(engines={"0": SimpleNamespace(job_id="7")})
+    if answers_again:
+        launcher.wait_for_engines(cluster, client, Settings(p=2))
+        return
+    with pytest.raises(ClusterError, match=r"runs on node2, whose slurmd has accepted no connection") as e:
+        launcher.wait_for_engines(cluster, client, Settings(p=2))
+    assert time.monotonic() - t0 < 3 and "node1" not in str(e.value)

@@ -47,6 +47,11 @@ GONE_TIMEOUT_S = 10  # for the job to leave squeue after scancel (a node that we
 EXIT_TIMEOUT_S = 10  # for the engines to exit and end the job by themselves
 HEARTBEAT_MS, HEARTBEAT_MISSES = 500, 10  # the controller drops an engine silent for 5 s
 PROBE_TIMEOUT_S = 2.0  # for a node's slurmd to accept a connection
+# A node of the starting job whose slurmd accepts no connection for this long fails the start:
+# its engines cannot start (slurmctld itself notices only after its SlurmdTimeout, a minute or
+# more, and the start would wait that long for the job to end)
+NODE_SILENT_S = 10
+NODE_PROBE_EVERY_S = 2.0
 
 JOB_NAME = "dplab-engines-{cluster_id}"  # unique: the guardian cancels the job by its name
 BATCH_TEMPLATE = """#!/bin/sh
@@ -172,6 +177,8 @@ class SlurmLauncher:
         self.slurm = slurm
         self.job_id: str | None = None
         self.folder: str | None = None  # the batch script and the job's output
+        # the job's nodes that accepted no connection while it started: stopping waits for none
+        self.silent_nodes: list[str] = []
 
     def ipp_cluster(self, settings: Settings, mpiexec: str):
         """ipyparallel's SLURM engine launcher, with a batch script that runs mpiexec."""
@@ -212,15 +219,39 @@ class SlurmLauncher:
         (launcher,) = cluster.engines.values()
         self.job_id = launcher.job_id
         deadline = time.monotonic() + START_TIMEOUT_S
+        silent_since: dict[str, float] = {}  # the job's nodes that accept no connection, since when
+        next_probe = time.monotonic()
         while len(client.ids) < p:
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise ClusterError(f"{len(client.ids)} of {p} engines connected in {START_TIMEOUT_S} s; "
                                    f"job {self.job_id} is still {self._job_state()}: it was cancelled"
                                    + nodes_down(self.slurm.partition))
             if not job_listed(self.job_id):
                 raise ClusterError(f"SLURM job {self.job_id} ended before its {p} engines connected"
                                    f"{nodes_down(self.slurm.partition)}; its output:\n{self._job_output()}")
+            if now >= next_probe:
+                next_probe = now + NODE_PROBE_EVERY_S
+                nodes = self._job_nodes()
+                silent = (unreachable_nodes(nodes) or []) if nodes else []
+                silent_since = {node: silent_since.get(node, now) for node in silent}
+                if lost := sorted(n for n, since in silent_since.items() if now - since >= NODE_SILENT_S):
+                    self.silent_nodes = lost
+                    raise ClusterError(
+                        f"{len(client.ids)} of {p} engines connected; SLURM job {self.job_id} runs on "
+                        f"{', '.join(lost)}, whose slurmd has accepted no connection for {NODE_SILENT_S} s "
+                        "(the node or the link to it is down), so its engines there cannot start: the "
+                        "job was cancelled. Start again (SLURM may give other nodes), or tell your admin "
+                        f"which node does not answer. The job's output:\n{self._job_output()}")
             time.sleep(0.2)
+
+    def _job_nodes(self) -> list[str]:
+        """The nodes the job was given (none while it is pending, or if SLURM cannot say)."""
+        try:
+            listed = _command("squeue", "-h", "-j", self.job_id, "-o", "%N").strip()
+            return _command("scontrol", "show", "hostnames", listed).split() if listed else []
+        except ClusterError:
+            return []
 
     def _job_state(self) -> str:
         try:
@@ -240,9 +271,11 @@ class SlurmLauncher:
         then cancels it only if it has not.
 
         Engines killed by scancel leave MPICH's shared-memory files in every node's /dev/shm,
-        where no one removes them; engines that exit call MPI_Finalize, which does.
+        where no one removes them; engines that exit call MPI_Finalize, which does. A job with
+        a node that accepted no connection as it started cannot end until that node answers:
+        no wait then.
         """
-        if asked and self.job_id is not None:
+        if asked and self.job_id is not None and not self.silent_nodes:
             deadline = time.monotonic() + EXIT_TIMEOUT_S
             try:
                 while job_listed(self.job_id) and time.monotonic() < deadline:
@@ -254,6 +287,7 @@ class SlurmLauncher:
         """ipyparallel cancelled the job when the handle stopped it: make sure squeue no longer
         lists it, and remove the batch script's folder."""
         job, self.job_id = self.job_id, None
+        lost_nodes, self.silent_nodes = lost_nodes or self.silent_nodes, []
         if job is not None:
             # A node that does not answer holds the job (COMPLETING) until it answers again.
             deadline = time.monotonic() + (0 if lost_nodes else GONE_TIMEOUT_S)
