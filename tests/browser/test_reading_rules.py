@@ -92,13 +92,7 @@ MAINTAINER_TALK = {
 FOLDED = "details, div.dropdown, div.toggle-hidden, div.tag_hide-cell, div.tag_hide-input div.cell_input, script, style"
 #: The maintainer talk each page still shows (pages not named: none), from a fresh build of
 #: this tree: a bound that only comes down.
-TALK_LEFT = {
-    'chapters/allreduce_algorithms': 1,
-    'labs/02_data_parallel_by_hand': 1,
-    'labs/04_ddp': 4,
-    'labs/06_transformer_ddp': 2,
-    'labs/07_sharding': 2,
-}
+TALK_LEFT: dict[str, int] = {}
 
 
 def visible_text(doc: BeautifulSoup) -> str:
