@@ -89,14 +89,17 @@ def test_a_job_slurmctld_has_forgotten_is_not_listed_and_other_failures_still_ra
         slurm.job_listed("23")
 
 
-@pytest.mark.parametrize("answers_again", [False, True], ids=["never answers", "answers again"])
+@pytest.mark.parametrize("answers_again, none_answers", [(False, False), (True, False), (False, True)],
+                         ids=["never answers", "answers again", "no node answers"])
 def test_a_node_of_the_job_that_accepts_no_connection_fails_the_start_soon_and_is_named(
-        monkeypatch, answers_again):
+        monkeypatch, answers_again, none_answers):
     """While the engines start, the sbatch launcher probes the job's nodes: one whose slurmd
-    accepts no connection for NODE_SILENT_S fails the start, named, long before slurmctld
-    notices (its SlurmdTimeout, after which the job ends: 83 s in make test-slurm's
-    test_a_node_that_never_comes_up..., which took 94 s in all). A node silent for less, whose
-    engines then connect, is no failure. Without SLURM: its commands are faked."""
+    accepts no connection for NODE_SILENT_S, while another node's does, fails the start, named,
+    long before slurmctld notices (its SlurmdTimeout, after which the job ends: 83 s in make
+    test-slurm's test_a_node_that_never_comes_up..., which took 94 s in all). A node silent for
+    less, whose engines then connect, is no failure; nor are nodes none of which answers (a
+    firewall between this machine and slurmd's port): the start then waits for its timeout, as
+    before. Without SLURM: its commands are faked."""
     from types import SimpleNamespace
     import time
 
@@ -106,7 +109,7 @@ def test_a_node_of_the_job_that_accepts_no_connection_fails_the_start_soon_and_i
     monkeypatch.setattr(slurm, "job_listed", lambda job: True)
     t0 = time.monotonic()
     # node2 silent for its first 0.3 s only if it answers again, and the engines connect at 0.8 s
-    monkeypatch.setattr(slurm, "unreachable_nodes", lambda nodes: [
+    monkeypatch.setattr(slurm, "unreachable_nodes", lambda nodes: list(nodes) if none_answers else [
         n for n in nodes if n == "node2" and not (answers_again and time.monotonic() - t0 > 0.3)])
 
     class Client:
@@ -118,9 +121,17 @@ def test_a_node_of_the_job_that_accepts_no_connection_fails_the_start_soon_and_i
     launcher = slurm.SlurmLauncher(slurm.SlurmSettings(nodes=2, partition="debug", cpus_per_node=2))
     monkeypatch.setattr(launcher, "_job_nodes", lambda: ["node1", "node2"])
     monkeypatch.setattr(launcher, "_job_output", lambda: "(the job's output)")
+    monkeypatch.setattr(launcher, "_job_state", lambda: "RUNNING")
+    monkeypatch.setattr(slurm, "nodes_down", lambda partition: "")
     cluster = SimpleNamespace(engines={"0": SimpleNamespace(job_id="7")})
     if answers_again:
         launcher.wait_for_engines(cluster, client, Settings(p=2))
+        return
+    if none_answers:
+        monkeypatch.setattr(slurm, "START_TIMEOUT_S", 1.5)
+        with pytest.raises(ClusterError, match=r"0 of 2 engines connected in 1.5 s"):
+            launcher.wait_for_engines(cluster, client, Settings(p=2))
+        assert launcher.silent_nodes == []
         return
     with pytest.raises(ClusterError, match=r"runs on node2, whose slurmd has accepted no connection") as e:
         launcher.wait_for_engines(cluster, client, Settings(p=2))

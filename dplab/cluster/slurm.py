@@ -47,9 +47,11 @@ GONE_TIMEOUT_S = 10  # for the job to leave squeue after scancel (a node that we
 EXIT_TIMEOUT_S = 10  # for the engines to exit and end the job by themselves
 HEARTBEAT_MS, HEARTBEAT_MISSES = 500, 10  # the controller drops an engine silent for 5 s
 PROBE_TIMEOUT_S = 2.0  # for a node's slurmd to accept a connection
-# A node of the starting job whose slurmd accepts no connection for this long fails the start:
-# its engines cannot start (slurmctld itself notices only after its SlurmdTimeout, a minute or
-# more, and the start would wait that long for the job to end)
+# A node of the starting job whose slurmd accepts no connection for this long, while another
+# node of the job does, fails the start: its engines cannot start (slurmctld itself notices only
+# after its SlurmdTimeout, a minute or more, and the start would wait that long for the job to
+# end). When no node answers, slurmd's port is out of this machine's reach (a firewall between
+# login and compute nodes): nothing is concluded, and the start waits as before.
 NODE_SILENT_S = 10
 NODE_PROBE_EVERY_S = 2.0
 
@@ -234,6 +236,8 @@ class SlurmLauncher:
                 next_probe = now + NODE_PROBE_EVERY_S
                 nodes = self._job_nodes()
                 silent = (unreachable_nodes(nodes) or []) if nodes else []
+                if len(silent) == len(nodes):  # none answers: their port is out of reach from here
+                    silent = []
                 silent_since = {node: silent_since.get(node, now) for node in silent}
                 if lost := sorted(n for n, since in silent_since.items() if now - since >= NODE_SILENT_S):
                     self.silent_nodes = lost
