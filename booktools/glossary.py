@@ -20,7 +20,7 @@ from pathlib import Path
 
 from booktools.pages import ROOT, Page, page_at, toc
 
-LEFT_OUT = ("intro", "chapters/formulas", "chapters/glossary")
+LEFT_OUT = ("intro", "chapters/formulas", "chapters/glossary", "chapters/checked")
 LABEL = re.compile(r"^\(([\w-]+)\)=\s*$", re.M)
 REF = re.compile(r"\{(?:ref|numref)\}`(?:[^`<]*<)?([\w-]+)>?`")
 
