@@ -5,9 +5,9 @@ of them, in reading order, is where the term is defined. A term's first use is t
 in the order of _toc.yml, whose prose a reader reads (booktools.reading: captions included,
 folded boxes not) holds the term as a word, or its plural, except in a paragraph that points
 ahead to where it is taught (a {ref} to a later page: "ZeRO and FSDP ({ref}`ch-sharding`)"), which
-names a topic to come rather than using it. The landing page, which names what the book
-teaches, and the Reference part (the formulas and the glossary), which is looked up, not read
-in order, are left out.
+names a topic to come rather than using it. The landing page (the root of _toc.yml), which
+names what the book teaches, and the Reference part (the formulas, the glossary, how the book
+is checked), which is looked up, not read in order, are left out.
 
     python -m booktools.glossary    # each term used before the page that defines it
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from booktools.pages import ROOT, Page, page_at, toc
 
-LEFT_OUT = ("intro", "chapters/formulas", "chapters/glossary", "chapters/checked")
+REFERENCE_PART = "Reference"  # _toc.yml's caption of the pages that are looked up, not read in order
 LABEL = re.compile(r"^\(([\w-]+)\)=\s*$", re.M)
 REF = re.compile(r"\{(?:ref|numref)\}`(?:[^`<]*<)?([\w-]+)>?`")
 
@@ -56,9 +56,10 @@ def label_pages(pages: list[Page]) -> dict[str, int]:
     """Each label a page defines ((label)=), with the page's place in reading order."""
     at = {}
     for i, page in enumerate(pages):
-        text = page.text.replace("\\n", "\n") if page.is_lab else page.text
-        for label in LABEL.findall(text) + re.findall(r'"\(([\w-]+)\)=', text):
-            at.setdefault(label, i)
+        for cell in page.cells:
+            if cell.kind == "markdown":
+                for label in LABEL.findall(cell.source):
+                    at.setdefault(label, i)
     return at
 
 
@@ -93,7 +94,7 @@ def early_uses(root: Path = ROOT) -> list[EarlyUse]:
     defines it."""
     from booktools.reading import read_lines
 
-    pages = [p for p in toc(root) if p.name not in LEFT_OUT]
+    pages = [p for p in toc(root)[1:] if p.part != REFERENCE_PART]  # not the landing page
     at = label_pages(pages)
     read = [paragraphs(read_lines(page)) for page in pages]
     early = []

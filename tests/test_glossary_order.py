@@ -14,6 +14,8 @@ parts:
   chapters:
   - file: chapters/one
   - file: chapters/two
+- caption: Reference
+  chapters:
   - file: chapters/glossary
 """
 GLOSSARY = """(ch-glossary)=
