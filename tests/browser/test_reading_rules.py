@@ -7,8 +7,8 @@
 - Every plot a lab draws sits in a figure with a caption.
 - The text a learner sees (prose, code and its comments, outputs; folded boxes, folded cells
   and dropdowns aside) speaks the lesson's words, not the book's checking (MAINTAINER_TALK, issue
-  60). Each page may hold at most what TALK_LEFT records (none now): a bound that only comes
-  down. The closing page, "How this book is checked", is the checking path and is left out.
+  60): no page holds any. The closing page, "How this book is checked", is the checking path
+  and is left out.
 """
 import copy
 import re
@@ -20,7 +20,9 @@ from bs4 import BeautifulSoup
 from booktools.pages import WALL_LINES
 
 HTML = Path(__file__).resolve().parents[2] / "_build" / "html"
-REFERENCE = {"formulas", "glossary", "checked"}  # the Reference part: looked up, not read in order
+#: The closing page, "How this book is checked", is the checking path itself, off the reading path.
+CHECKING = "checked"
+REFERENCE = {"formulas", "glossary", CHECKING}  # the Reference part: looked up, not read in order
 
 
 def pages(folder: str) -> list[Path]:
@@ -90,9 +92,6 @@ MAINTAINER_TALK = {
 #: What a learner does not see unless they open it: <details> (folded cells, their outputs),
 #: dropdown admonitions and solutions, and a folded cell's input.
 FOLDED = "details, div.dropdown, div.toggle-hidden, div.tag_hide-cell, div.tag_hide-input div.cell_input, script, style"
-#: The maintainer talk each page still shows (pages not named: none), from a fresh build of
-#: this tree: a bound that only comes down.
-TALK_LEFT: dict[str, int] = {}
 
 
 def visible_text(doc: BeautifulSoup) -> str:
@@ -143,19 +142,13 @@ def test_every_lab_plot_has_a_caption(page):
     assert uncaptioned_plots(soup(page)) == [], f"{page.name}: plots without a caption"
 
 
-#: The closing page, "How this book is checked", is the checking path itself, off the reading path.
-CHECKING = "checked"
-
-
 @pytest.mark.parametrize("page", [p for p in pages("chapters") if p.stem != CHECKING] + pages("labs")
                          + [HTML / "intro.html"], ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_the_learner_meets_the_lessons_words_not_the_checks(page):
     found = maintainer_talk(visible_text(soup(page)))
     name = f"{page.parent.name}/{page.stem}" if page.parent != HTML else page.stem
-    count, left = sum(map(len, found.values())), TALK_LEFT.get(name, 0)
     said = "\n".join(f"  {word}: ... {place} ..." for word, places in found.items() for place in places)
-    assert count <= left, f"{name}: {count} places of maintainer talk, {left} allowed:\n{said}"
-    assert count >= left, f"{name}: {count} places left, fewer than {left}: lower TALK_LEFT[{name!r}] to {count}"
+    assert not found, f"{name}: maintainer talk a learner meets:\n{said}"
 
 
 def test_the_rules_catch_what_they_look_for():
