@@ -20,8 +20,9 @@ from tests.support.hub import STOP_S, command_lines, marked_processes
 from tests.support.jupyterlab import (DEAD_S, assert_ok_lines, cluster_id_of, log_in, menu, open_the_lab,
                                       run_to_setup, the_lab, the_one, wait_for_the_end)
 from tests.support.kernels import Watched, running
+from tests.support.processes import mpich_segments, segments_left
 from tests.support.slurm import job_processes, jobs
-from tests.support.slurm_hub import ENGINES, STATE, mpich_files
+from tests.support.slurm_hub import ENGINES, STATE
 
 SPAWN_S = 120  # sbatch, the job's start on its node, and the server's first answer
 SETUP = r"<Cluster running: (\d+) MPI engines on (\d+) nodes? of this SLURM job, backend=(\w+), device=(\w+)>"
@@ -88,14 +89,15 @@ def stop_server(page, hub) -> None:
     page.wait_for_selector("#stop", state="hidden", timeout=STOP_S * 1000)
 
 
-def assert_nothing_left(hub, shm_before: list[str], within: float = STOP_S) -> None:
-    """No job, no process of a job or of the server, no new MPICH file: on every node (they share
-    this machine's process table and /dev/shm)."""
+def assert_nothing_left(hub, shm_before: set[str], within: float = STOP_S) -> None:
+    """No job, no process of a job or of the server, no new MPICH file that no live process maps
+    (tests.support.processes.segments_left): on every node (they share this machine's process
+    table and /dev/shm)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         left = {"jobs": jobs(), "jobs' processes": job_processes(),
                 "server's processes": [c for c in command_lines(hub.mark) if int(c.split()[0]) not in hub.own],
-                "MPICH files": sorted(set(mpich_files()) - set(shm_before))}
+                "MPICH files": sorted(segments_left(shm_before))}
         if not any(left.values()):
             return
         time.sleep(0.5)
@@ -104,7 +106,7 @@ def assert_nothing_left(hub, shm_before: list[str], within: float = STOP_S) -> N
 
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_lab0_runs_in_the_learners_slurm_job_with_its_engines_on_the_jobs_nodes(slurm_hub, nodes):
-    hub, shm = slurm_hub, mpich_files()
+    hub, shm = slurm_hub, mpich_segments()
     lab, stored, expected, cells, setup_cell = the_lab()
     with browser_page() as page:
         spawn(page, hub, nodes)
@@ -149,7 +151,7 @@ def test_a_request_the_cluster_cannot_hold_fails_before_sbatch_and_says_why(slur
 def test_the_idle_culler_stops_an_idle_server_and_its_job_kernel_and_engines_go(slurm_hub):
     """jupyterhub-idle-culler as a hub service: 20 s after the learner's last activity (the server
     reports it every 5 s; a busy kernel or an open JupyterLab counts), it stops the server."""
-    hub, shm = slurm_hub, mpich_files()
+    hub, shm = slurm_hub, mpich_segments()
     with browser_page() as page:
         run_on_two_nodes(page, hub)
         assert len(engines_of(hub.mark)) == ENGINES
@@ -170,7 +172,7 @@ def test_a_killed_kernel_in_the_job_leaves_nothing_and_the_server_stays(slurm_hu
     """SIGKILL the learner's kernel (as the OOM killer does) once its engines run on both nodes:
     within DEAD_S nothing of the cluster is left, the server and its job run on; then Stop My
     Server leaves nothing at all."""
-    hub, shm = slurm_hub, mpich_files()
+    hub, shm = slurm_hub, mpich_segments()
     with browser_page() as page:
         run_on_two_nodes(page, hub)
         kernel, server = the_one(hub.mark, "ipykernel_launcher"), the_one(hub.mark, "jupyterhub-singleuser")

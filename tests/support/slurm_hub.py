@@ -8,7 +8,3 @@ USER = "dplab-learner"  # a Unix account (its name, its home), made for the test
 ENGINES = 3  # not the labs' 4: the count comes from the hub's policy; on 2 nodes, 2 + 1
 IFACE = os.environ.get("DPSLURM_IFACE", "")  # tools/slurm/start.sh's env.sh says
 SAMPLE = ROOT / "hub" / "jupyterhub_slurm_config.py"
-
-
-def mpich_files() -> list[str]:
-    return sorted(f for f in os.listdir("/dev/shm") if f.startswith("mpich"))
