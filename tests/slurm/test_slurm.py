@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support.processes import mpich_segments, segments_left
 from tests.support.recipes import ROOT, check_training, environment, rank_lines, run
 from tests.support.slurm import IFACE, LIMIT_S, NODES, REASON, REQUIRED, SLURM_DIR, job_processes, jobs, sbatch
 from tests.support.sockets import is_loopback, listening
@@ -241,8 +242,9 @@ ALL_REDUCE_FOREVER = ("import torch, torch.distributed as dist\n"
 
 def remove_killed_ranks_shm(before: set[str]) -> None:
     """A job whose ranks were killed leaves MPICH's shared-memory files in its nodes' /dev/shm
-    (one /dev/shm here); on a cluster, the SLURM epilog must clear it. Remove what appeared."""
-    for name in set(os.listdir("/dev/shm")) - before:
+    (one /dev/shm here); on a cluster, the SLURM epilog must clear it. Remove what appeared and
+    no live process maps (not a file another program on the machine still holds)."""
+    for name in segments_left(before):
         if name.startswith("mpich_shm_"):
             os.unlink(f"/dev/shm/{name}")
 
@@ -285,7 +287,7 @@ def test_a_node_lost_during_a_collective_is_named_and_restart_runs_the_cell_once
     import dplab
     from dplab.cluster.watch import RankDiedError
 
-    shm = set(os.listdir("/dev/shm"))
+    shm = mpich_segments()
     cluster = dplab.start_cluster(4, launcher="slurm", nodes=2, iface=IFACE)
     broken = False
     try:
@@ -338,7 +340,7 @@ def test_a_node_that_never_comes_up_fails_the_start_and_leaves_no_job():
     from dplab import ClusterError
     from dplab.cluster.slurm import NODE_SILENT_S
 
-    shm = set(os.listdir("/dev/shm"))
+    shm = mpich_segments()
     subprocess.run(["ip", "link", "set", link("node2"), "down"], check=True)
     try:
         t0 = time.monotonic()
