@@ -191,8 +191,8 @@ grade-class: venv
 # handout is each lab without its solutions; the grader's report of Lab 2's stubs and of a
 # plausible mistake; a rank that raises, dies or hangs, a dead kernel, a grader killed with
 # SIGKILL, bad input; the sandbox (as root); each solution cell alone scores exactly its checks,
-# for one lab fixed by the tree (INDEPENDENT_LABS=all or =02,06 chooses). Every lab's scores are
-# make test-nbgrader's.
+# for one lab and as many of its cells as fit 120 s, fixed by the tree (INDEPENDENT_LABS=all or
+# =02,06 chooses labs, every cell). Every lab's scores are make test-nbgrader's.
 test-student: $(TEACH)
 	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider tests/student
 

@@ -133,12 +133,9 @@ def chosen(spec: str, root: Path = ROOT) -> list[Lab]:
     return [x for x in every if x.stem[:2] in {w.zfill(2) for w in wanted}]
 
 
-def by_tree(items: list, salt: str = "", root: Path = ROOT):
-    """One of `items`, picked by a hash of the repository's tree (`git rev-parse HEAD^{tree}`;
-    without git, of the labs' bytes) and `salt`: the same tree always picks the same item, and
-    successive commits rotate through them; two salts pick independently."""
-    if not items:
-        raise ValueError("by_tree: nothing to pick from")
+def _tree_digest(salt: str, root: Path) -> "hashlib._Hash":
+    """A hash of the repository's tree (`git rev-parse HEAD^{tree}`; without git, of the labs'
+    bytes) and `salt`."""
     try:
         done = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD^{tree}"],
                               capture_output=True, text=True, timeout=30)
@@ -147,4 +144,21 @@ def by_tree(items: list, salt: str = "", root: Path = ROOT):
         tree = ""
     digest = hashlib.sha256(tree.encode() or b"".join(lab.path.read_bytes() for lab in labs(root)))
     digest.update(salt.encode())
+    return digest
+
+
+def by_tree(items: list, salt: str = "", root: Path = ROOT):
+    """One of `items`, picked by a hash of the repository's tree (`git rev-parse HEAD^{tree}`;
+    without git, of the labs' bytes) and `salt`: the same tree always picks the same item, and
+    successive commits rotate through them; two salts pick independently."""
+    if not items:
+        raise ValueError("by_tree: nothing to pick from")
+    digest = _tree_digest(salt, root)
     return items[int.from_bytes(digest.digest()[:8], "big") % len(items)]
+
+
+def in_tree_order(items: list[str], salt: str = "", root: Path = ROOT) -> list[str]:
+    """`items` (strings) in an order fixed by the repository's tree and `salt`, as by_tree
+    picks: the same tree, the same order; a new tree, a new one."""
+    seed = _tree_digest(salt, root).digest()
+    return sorted(items, key=lambda item: hashlib.sha256(seed + item.encode()).digest())
