@@ -16,17 +16,23 @@ anything is installed, with what to do.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from booktools.pages import ROOT
 from dplab.compat import check_supported
 
 FREE_GB = 10  # a CUDA build unpacks to 4-7 GB; pip also keeps the wheel while it installs
+#: How long an install waits for another process's install of the same release to end (.ci/run
+#: installs its releases beside make test's kit tests, and the lab pass may need one before then).
+INSTALL_WAIT_S = 1800
 RELEASES = ROOT / ".torch"
 RESULTS = ROOT / "benchmarks" / "results" / "test_torch.txt"
 RESULT_LINE = re.compile(r"^torch (?P<torch>\S+) on (?P<on>\S+): (?P<verdict>.+?) \| (?P<when>.+)$")
@@ -116,11 +122,43 @@ def install_command(version: str) -> tuple[list[str], dict[str, str]]:
              str(folder(version)), f"torch=={version}"], env)
 
 
+@contextlib.contextmanager
+def only_installer(version: str, say=print, wait_s: float = INSTALL_WAIT_S):
+    """Held while this process installs `version`: a second process that installs it at the same
+    time waits here (bounded) instead of removing the first one's half-unpacked folder, then finds
+    it installed. The lock is the kernel's (flock on .torch/.X.Y.Z.lock), so it goes with its
+    process, even one killed with SIGKILL."""
+    RELEASES.mkdir(exist_ok=True)
+    with open(RELEASES / f".{version}.lock", "w") as lock:
+        deadline, told = time.monotonic() + wait_s, False
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"torch={version}: another process has been installing it for over "
+                                     f"{wait_s:g} s (.torch/.{version}.lock is held). Wait for it, or stop "
+                                     "it, and run again.")
+                if not told:
+                    say(f"torch={version}: another process is installing it; waiting for that")
+                    told = True
+                time.sleep(0.5)
+        yield
+
+
 def install(version: str, say=print) -> Path:
     """The release's folder, installed there first if it is not; SystemExit if pip fails."""
     where = folder(version)
     if installed(version):
         return where
+    with only_installer(version, say):
+        if not installed(version):  # another process may have installed it while this one waited
+            _install(version, where, say)
+    return where
+
+
+def _install(version: str, where: Path, say) -> None:
     shutil.rmtree(where, ignore_errors=True)  # a half-finished install
     RELEASES.mkdir(exist_ok=True)
     cmd, env = install_command(version)
@@ -131,7 +169,6 @@ def install(version: str, say=print) -> Path:
                          "release on PyPI for this Python (pypi.org/project/torch/#history), and is "
                          "PyPI reachable?")
     (where / ".installed").touch()
-    return where
 
 
 def install_at_once(versions, say=print, at_once: int = 2) -> None:

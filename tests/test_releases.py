@@ -5,6 +5,8 @@ format the intro page reads."""
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,35 @@ def test_the_install_puts_the_release_in_its_own_folder_past_any_pip_configurati
     with pytest.raises(SystemExit, match="pip could not install torch==2.8.0"):
         releases.install("2.8.0", say=lambda line: None)
     assert not (tmp_path / "2.8.0").exists() and not releases.installed("2.8.0")
+
+
+def test_two_installs_of_one_release_at_once_run_pip_once_and_a_wait_is_bounded(monkeypatch, tmp_path):
+    """.ci/run installs its releases beside make test, whose lab pass may need one still being
+    installed: the second install waits for the first (it would otherwise remove the folder the
+    first is unpacking into), then finds the release installed; pip ran once. A wait is bounded,
+    and says why it ends."""
+    monkeypatch.setattr(releases, "RELEASES", tmp_path)
+    monkeypatch.setattr(releases, "ROOT", tmp_path)
+    runs = tmp_path / "pip-runs"
+    # a pip that takes a second and counts its runs
+    monkeypatch.setattr(releases, "install_command", lambda version: ([sys.executable, "-c", (
+        f"import os, time; os.makedirs({str(tmp_path / version)!r}, exist_ok=True); time.sleep(1); "
+        f"open({str(runs)!r}, 'a').write('run\\n')")], dict(os.environ)))
+    said = []
+    with releases.only_installer("2.9.1"):  # another process's install under way
+        other = threading.Thread(target=releases.install, args=("2.9.1", said.append))
+        other.start()
+        time.sleep(1.5)
+        assert other.is_alive() and said == ["torch=2.9.1: another process is installing it; waiting for that"]
+        releases._install("2.9.1", tmp_path / "2.9.1", said.append)
+    other.join(timeout=30)
+    assert not other.is_alive() and runs.read_text() == "run\n" and releases.installed("2.9.1")
+    with releases.only_installer("2.10.0"):
+        t0 = time.monotonic()
+        with pytest.raises(SystemExit, match="another process has been installing it for over 1 s"):
+            with releases.only_installer("2.10.0", say=lambda line: None, wait_s=1):
+                pass
+        assert time.monotonic() - t0 < 5
 
 
 def test_the_readme_states_the_supported_range():
