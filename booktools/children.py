@@ -96,4 +96,11 @@ if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit("usage: python -m booktools.children CMD [ARG ...]: run CMD, ending its whole tree "
                  "when this process's parent ends")
+    # Armed here too, for a parent that is not start_tree (.ci/run's shell): SIGTERM when the
+    # parent ends, even by SIGKILL; a parent gone before that leaves nothing to wait for.
+    parent = os.getppid()
+    from dplab.cluster.processes import on_parent_death
+    on_parent_death(signal.SIGTERM)()
+    if os.getppid() != parent:
+        sys.exit(1)
     sys.exit(tether(sys.argv[1:]))

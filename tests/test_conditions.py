@@ -12,6 +12,7 @@ import pytest
 from booktools import conditions, gpu
 from booktools.conditions import Refused, parse, passes
 from dplab.cluster.settings import DEFAULT_ENGINES, max_engines
+from tests.support.processes import wait_until_gone
 
 H100 = [{"name": "NVIDIA H100 80GB HBM3", "driver_version": "570.86.15", "compute_mode": "Default"}]
 
@@ -224,6 +225,33 @@ time.sleep(60)
 def test_a_tethered_command_and_all_it_started_die_with_the_runner_even_by_sigkill():
     assert not outlives_sigkill(TREE, "tethered", "sleep 305")
     assert outlives_sigkill(TREE, "untethered", "sleep 305")  # without the tether, its children outlive it
+
+
+# .ci/run's way: a shell starts the tether in the background (its install of torch releases)
+SHELL_TREE = """
+if [[ $1 == tethered ]]; then tether=("{python}" -m booktools.children); else tether=(); fi
+"${tether[@]}" bash -c 'sleep 306 & wait' &
+sleep 60
+"""
+
+
+def test_a_command_a_shell_tethers_in_the_background_dies_with_the_shell_even_by_sigkill():
+    script = SHELL_TREE.replace("{python}", sys.executable)
+    for mode, outlives in (("tethered", False), ("untethered", True)):  # untethered, the sleep outlives it
+        parent = subprocess.Popen(["bash", "-c", script, "bash", mode])
+        try:
+            deadline = time.monotonic() + 60
+            while not any(c.cmdline() == ["sleep", "306"] for c in psutil.Process(parent.pid).children(recursive=True)):
+                assert time.monotonic() < deadline, "the shell started no sleep"
+                time.sleep(0.1)
+            tree = psutil.Process(parent.pid).children(recursive=True)
+        finally:
+            os.kill(parent.pid, signal.SIGKILL)
+            parent.wait()
+        alive = wait_until_gone({p.pid for p in tree}, timeout=3)  # zombies count as gone
+        for pid in alive:
+            os.kill(pid, signal.SIGKILL)
+        assert bool(alive) == outlives, (mode, alive)
 
 
 PARENT = """
