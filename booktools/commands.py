@@ -2,20 +2,26 @@
 
     python -m booktools.commands                       # make test, make test-any-p, make book
     python -m booktools.commands test                  # only make test
+    python -m booktools.commands "torch-releases TORCH=2.8.0 &" test   # the first beside the second
 
 Clones this repository's HEAD into a temporary folder, runs each `make` target there one after
 the other (pip's cache is reused, nothing else), and writes its times at the top of
 benchmarks/results/commands.txt; the earlier times of the other targets stay below, each under
-the header of its own run. `python -m booktools.readme` then puts the times into README.md.
+the header of its own run. A target that ends in "&" runs beside the next one, as .ci/run runs
+it: its row is its own time, and the next row's time includes waiting for it, so the foreground
+rows add up to the run's. `python -m booktools.readme` then puts the times into README.md.
 What a target writes in the clone's benchmarks/results/ (make test-torch's verdict with
 RECORD=1 in the environment, make bench-nodes' figures) is copied back here.
 """
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,6 +45,22 @@ def earlier_runs(text: str, retimed: list[str]) -> list[str]:
     return kept
 
 
+def started_beside(args: list[str], clone: Path):
+    """`make ARGS` started in the clone at the lowest CPU priority, in a session of its own, and a
+    function that waits for it and gives its seconds, from its start to its end."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(["nice", "-n", "19", sys.executable, "-m", "booktools.children", "make", *args],
+                            cwd=clone, start_new_session=True)
+    ended = []
+    waiter = threading.Thread(target=lambda: (proc.wait(), ended.append(time.perf_counter())), daemon=True)
+    waiter.start()
+
+    def took() -> float:
+        waiter.join()
+        return ended[0] - t0
+    return proc, took
+
+
 def main(argv: list[str] | None = None) -> int:
     """Time the targets named (default: test, test-any-p, book) and save their times."""
     targets = (sys.argv[1:] if argv is None else argv) or ["test", "test-any-p", "book"]
@@ -50,9 +72,23 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         clone = Path(tmp) / "book"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        beside = None  # a target ending in "&": (target, its process, its seconds when it ends)
         for target in targets:
+            if target.endswith("&"):  # started now at the lowest priority, as .ci/run does
+                beside = (target, *started_beside(target[:-1].split(), clone))
+                continue
             t0 = time.perf_counter()
             proc = subprocess.run(["make", *target.split()], cwd=clone)  # "test-any-p ANY_P=1"
+            if beside:
+                name, other, took = beside
+                if proc.returncode != 0 and other.poll() is None:
+                    os.killpg(other.pid, signal.SIGKILL)
+                other.wait()
+                beside = None
+                if other.returncode != 0 and proc.returncode == 0:
+                    lines.append(f"# make {name} failed there, so the run stopped\n")
+                    break
+                lines.append(f"make {name:12s} {took():7.0f} s\n")
             seconds = time.perf_counter() - t0
             if proc.returncode != 0:  # the times of the targets before it are saved all the same
                 lines.append(f"# make {target} failed there after {seconds:.0f} s, so the run stopped\n")

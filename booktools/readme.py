@@ -35,7 +35,9 @@ def commands_table() -> str:
     """| command | time | measured | from commands.txt (booktools.commands): each row with the
     commit, machine and date of the run that timed it."""
     text = (RESULTS / "commands.txt").read_text()
-    rows = ["Each from a clean clone, with pip's cache warm, the targets of one run one after the other"
+    rows = ["Each from a clean clone, with pip's cache warm, the targets of one run one after the other,"
+            " except one run beside the next, as `.ci/run` runs it (its time is not added: the next"
+            " row's includes waiting for it)"
             " (`benchmarks/results/commands.txt`, written by `python -m booktools.commands`):", "",
             "| command | time | measured |", "|---|---|---|"]
     total = []
@@ -44,6 +46,10 @@ def commands_table() -> str:
         host = (m.group(1) if (m := re.search(r"^machine: (.*)$", run, flags=re.M))
                 else "machine not recorded")
         for target, sec in COMMAND_ROW.findall(run):
+            if target.endswith("&"):  # ran beside the next row, which includes waiting for it
+                rows.append(f"| `make {target[:-1].strip()}`, beside the next | {minutes(float(sec))} | "
+                            f"`{commit}`, {host}, {day} |")
+                continue
             rows.append(f"| `make {target}` | {minutes(float(sec))} | `{commit}`, {host}, {day} |")
             total.append(float(sec))
     if len(total) > 1:

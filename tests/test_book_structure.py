@@ -127,6 +127,21 @@ def test_an_ignored_cell_that_neither_checks_nor_reports_is_caught():
     assert silent_ignored_cells([timing, printed]) == [timing.source]
 
 
+def test_a_command_run_beside_the_next_is_shown_but_not_added(monkeypatch, tmp_path):
+    from booktools import readme
+
+    (tmp_path / "commands.txt").write_text(
+        "$ python -m booktools.commands ...   # 2026-12-06 15:00 UTC, clean clone of abc1234\n"
+        "machine: a box\n"
+        "make torch-releases TORCH=2.8.0 &     150 s\n"
+        "make test ON=torch=2.8.0    1000 s\n"
+        "make test-hub         60 s\n")
+    monkeypatch.setattr(readme, "RESULTS", tmp_path)
+    table = readme.commands_table()
+    assert "| `make torch-releases TORCH=2.8.0`, beside the next | 2 min 30 s |" in table
+    assert "| all of them | 17 min 40 s | |" in table  # 1000 + 60: the row beside is in the next
+
+
 def test_readme_timing_tables_are_the_saved_results():
     """README.md's timing tables are written from benchmarks/results/, not typed by hand."""
     out = subprocess.run([sys.executable, "-m", "booktools.readme", "--check"],
