@@ -15,9 +15,7 @@ RECORD=1 in the environment, make bench-nodes' figures) is copied back here.
 """
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +24,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from booktools.children import end_tree, start_tree
 from booktools.pages import ROOT
 from booktools.readme import COMMAND_ROW, command_runs
 from dplab.timing import machine
@@ -46,11 +45,11 @@ def earlier_runs(text: str, retimed: list[str]) -> list[str]:
 
 
 def started_beside(args: list[str], clone: Path):
-    """`make ARGS` started in the clone at the lowest CPU priority, in a session of its own, and a
-    function that waits for it and gives its seconds, from its start to its end."""
+    """`make ARGS` started in the clone at the lowest CPU priority, under a tether (it and all it
+    starts die with this process), and a function that waits for it and gives its seconds, from
+    its start to its end."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(["nice", "-n", "19", sys.executable, "-m", "booktools.children", "make", *args],
-                            cwd=clone, start_new_session=True)
+    proc = start_tree(["nice", "-n", "19", "make", *args], cwd=clone)
     ended = []
     waiter = threading.Thread(target=lambda: (proc.wait(), ended.append(time.perf_counter())), daemon=True)
     waiter.start()
@@ -82,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             if beside:
                 name, other, took = beside
                 if proc.returncode != 0 and other.poll() is None:
-                    os.killpg(other.pid, signal.SIGKILL)
+                    end_tree(other.pid)
                 other.wait()
                 beside = None
                 if other.returncode != 0 and proc.returncode == 0:

@@ -116,8 +116,8 @@ def picks(root: Path) -> list[str]:
 
 def test_the_lab_graded_by_default_is_fixed_by_the_tree(tmp_path, monkeypatch):
     """Not by the day of the year: the same tree picks the same lab, and the same order of its
-    cells, on any commit and any day; a new tree picks anew; without git, the labs' bytes stand for the tree; the environment's
-    choice wins."""
+    cells, on any commit and any day; a new tree picks anew; without git, the labs' bytes stand
+    for the tree; the environment's choice wins."""
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.org"]
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # no repository above it
     (tmp_path / "_toc.yml").write_text("root: intro\nparts:\n- caption: Labs\n"
