@@ -45,18 +45,13 @@ book: setup
 # reference torch). .ci/run gives it ON=torch=NEWEST,other-cpu,two=3@LOWEST: one execution of the
 # labs proves the stored outputs on another CPU and torch beside a second learner on the lowest.
 # The book's strict build and its pages in Chromium (test-book, test-browser) run beside the kit's
-# tests, which leave about one core idle: at nice 19, so the tests' bounded waits keep the cores,
-# and under a tether (booktools.children), so nothing outlives make; their printout goes to
-# _build/book-beside.log, shown if they fail. Then the labs.
+# tests, which leave about one core idle (python -m booktools.beside: at nice 19, so the tests'
+# bounded waits keep the cores, and under a tether, so nothing outlives make); their printout goes
+# to _build/book-beside.log, shown if they fail. Then the labs.
 BOOK_LOG := _build/book-beside.log
 test: setup
-	@mkdir -p _build
-	@nice -n 19 $(BIN)/python -m booktools.children $(MAKE) --no-print-directory test-book test-browser \
-		> $(BOOK_LOG) 2>&1 & book=$$!; trap 'kill $$book 2>/dev/null || true' EXIT; \
-	$(MAKE) --no-print-directory test-kit || exit 1; \
-	wait $$book || { cat $(BOOK_LOG); echo "make test: the book's build or its pages failed (above, and in" \
-		"$(BOOK_LOG))" >&2; exit 1; }; trap - EXIT; \
-	echo "make test: the book built strictly and its pages passed in Chromium ($(BOOK_LOG))"
+	@$(BIN)/python -m booktools.beside $(BOOK_LOG) -- $(MAKE) --no-print-directory test-book test-browser \
+		-- $(MAKE) --no-print-directory test-kit
 	@$(MAKE) --no-print-directory test-labs
 
 # Labs and kit tests run with the defaults (4 engines, automatic backend), whatever the shell sets:

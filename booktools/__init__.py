@@ -7,6 +7,7 @@
 - run: the one runner of the labs under conditions (make test-labs ON=...)
 - learners: a process that runs labs, asserts only (an asserts-only pass, or the second learner)
 - children: processes that never outlive the one that started them
+- beside: one command in the background beside another (make test, .ci/run)
 - releases: torch releases beside the venv (torch=X.Y.Z), and the record of their passes
 - gpu: the GPU pass's settings (gpu)
 - nbval_verdicts: a pytest plugin that gives the runner each lab's verdict from an nbval pass
