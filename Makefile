@@ -14,7 +14,7 @@ TEACH := $(VENV)/.teach-installed
 export PATH := $(BIN):$(PATH)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: setup venv book test test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-torch test-torch-all test-slurm \
+.PHONY: setup venv book test hub-install test-kit test-labs test-labs-other-cpu test-book test-browser test-any-p test-gpu test-torch test-torch-all test-slurm \
 	test-hub test-hub-slurm test-load student grade grade-class test-student test-nbgrader bench bench-nodes bench-big labs jupyter clean \
 	torch-releases
 
@@ -160,16 +160,19 @@ test-slurm: setup $(TEACH)
 # (batchspawner) submits a real Unix learner's server as a SLURM job; Lab 0 runs in JupyterLab in
 # headless Chromium on 1 node and on 2, then the idle culler, a killed kernel and bad requests.
 # Needs root; installs what make test-hub and make test-slurm install.
-test-hub-slurm: setup
-	tools/hub/install.sh $(BIN)/python
+test-hub-slurm: hub-install
 	tools/slurm/run_tests.sh $(BIN)/python tests/hub_slurm
 
 # A real JupyterHub (127.0.0.1) loading the sample hub/jupyterhub_config.py, and Lab 0 run in
 # JupyterLab in headless Chromium through it, with the engine count from the spawner's environment.
 # Installs requirements-hub.txt, configurable-http-proxy (npm) and Debian's chromium when missing.
-test-hub: setup
-	tools/hub/install.sh $(BIN)/python
+test-hub: hub-install
 	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider -rs tests/hub
+
+# What make test-hub and make test-hub-slurm need (tools/hub/install.sh: each step skipped when
+# done): requirements-hub.txt into the venv, configurable-http-proxy from npm, Debian's chromium.
+hub-install: setup
+	tools/hub/install.sh $(BIN)/python
 
 # Instructor mode (README, "Teaching with the book"). nbgrader, for make student, in the same venv.
 $(TEACH): requirements-teach.txt $(STAMP)
@@ -200,9 +203,14 @@ grade-class: venv
 # plausible mistake; a rank that raises, dies or hangs, a dead kernel, a grader killed with
 # SIGKILL, bad input; the sandbox (as root); each solution cell alone scores exactly its checks,
 # for one lab and as many of its cells as fit 120 s, fixed by the tree (INDEPENDENT_LABS=all or
-# =02,06 chooses labs, every cell). Every lab's scores are make test-nbgrader's.
+# =02,06 chooses labs, every cell). Every lab's scores are make test-nbgrader's. SANDBOX=no leaves
+# out the sandbox's tests (tests/student/test_sandbox.py), SANDBOX=only runs just them: .ci/run runs
+# the rest beside make test-slurm (each checks only the processes it marked), and the sandbox's
+# after it (they count every sandboxed process, and make-test-slurm's grade-class sandboxes too).
+STUDENT_TESTS = $(if $(filter only,$(SANDBOX)),tests/student/test_sandbox.py,tests/student \
+	$(if $(filter no,$(SANDBOX)),--ignore=tests/student/test_sandbox.py))
 test-student: $(TEACH)
-	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider tests/student
+	$(UNSET_DPLAB) $(BIN)/python -m pytest -q -p no:cacheprovider $(STUDENT_TESTS)
 
 # The one suite that scores every lab: nbgrader's own generate_assignment, autograde and export on
 # a course made from the labs (python -m teach.course): every lab's release is make student's,

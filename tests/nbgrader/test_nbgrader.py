@@ -11,6 +11,7 @@ NBGRADER_LABS=02,03 picks labs (default: all); NBGRADER_TORCH=X.Y.Z a release of
 installed beside the venv (make test-nbgrader TORCH=X.Y.Z). The solutions run on 1 engine;
 the stubs and the mistakes on 2, where a stub that leaves ranks waiting for each other, or a
 sum taken for its average, would show."""
+import contextlib
 import csv
 import os
 import shutil
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import nbformat
@@ -29,8 +31,7 @@ from nbgrader.api import Gradebook, MissingEntry
 from booktools.conditions import TorchRelease
 from booktools.labs import chosen
 from teach import solutions, student
-from tests.support.grading import mistakes, points, with_mistake
-from tests.support.processes import lab_processes as cluster_processes
+from tests.support.grading import MARK, marked, mistakes, points, with_mistake
 from tests.support.processes import mpich_segments, segments_left
 
 BIN = Path(sys.executable).parent
@@ -42,6 +43,9 @@ LAB_TIMEOUT_S = 900  # one lab's autograde, every submission: the slowest lab ta
 #: nbgrader's kernels and their engines inherit, as the runner's condition torch=X.Y.Z does.
 TORCH = os.environ.get("NBGRADER_TORCH") or None
 TORCH_ENV = TorchRelease(TORCH).environment() if TORCH else {}
+#: In every nbgrader call's environment, so in that of every process it starts: the teardown looks
+#: at those alone (tests.support.grading.marked), never at another suite's run beside this one.
+RUN_MARK = uuid.uuid4().hex
 
 
 def nbgrader(course: Path, *args: str, timeout: float = 120, engines: str = "1") -> str:
@@ -49,6 +53,7 @@ def nbgrader(course: Path, *args: str, timeout: float = 120, engines: str = "1")
     process group is killed. Its printout; AssertionError when it fails or logs an error."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_")}
     env.update(DPLAB_ENGINES=engines, PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", **TORCH_ENV)
+    env[MARK] = RUN_MARK
     proc = subprocess.Popen([str(BIN / "nbgrader"), *args], cwd=course, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -81,7 +86,6 @@ def graded():
                               env={**os.environ, **TORCH_ENV}, capture_output=True, text=True).stdout.strip()
     print(f"grading on torch {imported}")
     assert TORCH is None or imported.split("+")[0] == TORCH, (TORCH, imported)
-    before = set(cluster_processes())
     shm = mpich_segments()
     course = Path(tempfile.mkdtemp(prefix="dplab-course-"))
     try:
@@ -120,11 +124,13 @@ def graded():
         yield course, scores, failed
     finally:
         shutil.rmtree(course, ignore_errors=True)
-        _, alive = psutil.wait_procs([psutil.Process(p) for p in set(cluster_processes()) - before
-                                      if psutil.pid_exists(p)], timeout=20)
-        left = [p.pid for p in alive]
-        for p in alive:
-            p.kill()
+        deadline = time.monotonic() + 20  # the kit's guardian ends a dead kernel's cluster in seconds
+        while marked(RUN_MARK) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = marked(RUN_MARK)
+        for pid in left:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
         assert not left, f"autograde left processes running: {left}"
         assert not segments_left(shm)
         assert not course.exists()
