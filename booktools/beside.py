@@ -7,7 +7,7 @@ cores), its printout in LOG; CMD2 runs in the foreground. Both run under a tethe
 (booktools.children): they and all they start end with this process, even one killed with
 SIGKILL. When CMD2 fails, CMD1 is ended and the status is CMD2's. Otherwise CMD1 is waited for;
 if it failed, LOG is printed and the status is 1. Used by `make test` (the book beside the kit's
-tests) and `.ci/run` (torch's releases beside `make test`, `make test-student` beside
+tests) and `.ci/run` (torch's releases beside `make test`, the grader's tests beside
 `make test-slurm`).
 """
 from __future__ import annotations
