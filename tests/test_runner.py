@@ -208,7 +208,9 @@ def test_runner_killed_with_sigkill_leaves_nothing_it_started(tmp_path):
     lab = notebook(tmp_path / "labs" / "sleepy.ipynb",
                    "import subprocess, time\nchild = subprocess.Popen(['sleep', '302'])\ntime.sleep(600)")
     before = descendants()
-    proc = runner("--on", "two,busy", lab, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # TMPDIR: the second learner's folder, which a SIGKILL leaves no one to remove, is the test's
+    proc = runner("--on", "two,busy", lab, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                  env={"TMPDIR": str(tmp_path)})
     wait_for(lambda: len(running_command(["sleep", "302"])) == 2)  # the pass's lab and the learner's
     started = psutil.Process(proc.pid).children(recursive=True)
     assert any("sum(range" in " ".join(p.cmdline()) for p in started), "no busy core beside the pass"

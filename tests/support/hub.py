@@ -27,6 +27,13 @@ USER = "learner"
 ENGINES = 3  # not the labs' default 4, so the lab's engine count can only come from the spawner
 MARK = "DPHUB_TEST"  # in the environment of every process the hub starts, at any depth
 START_S, STOP_S = 60, 30
+#: How long the hub itself may take to stop after SIGTERM. JupyterHub's cleanup stops its managed
+#: services one by one (the idle culler: SIGINT, then up to 10 s, SIGTERM 5 s, SIGKILL 5 s:
+#: jupyterhub.spawner.LocalProcessSpawner's interrupt, term and kill timeouts), then its servers
+#: and proxy; batchspawner's stop runs scancel, then up to 10 squeue polls 1 s apart. So up to
+#: 30 s of its own waits before SLURM's commands' own time, which a busy box adds to: 30 s was
+#: once too short beside the idle culler (issue 61's flake). A hub that never stops still fails.
+HUB_STOP_S = 90
 # Lab settings for the learner: no autosave (the stored lab must not change), every cell in the
 # DOM (no virtual scrolling), no news fetched from the internet.
 LAB_SETTINGS = {
@@ -77,12 +84,13 @@ def write_lab_settings(folder: pathlib.Path) -> pathlib.Path:
 
 
 def stop_hub(hub: subprocess.Popen, mark: str) -> list[str]:
-    """Stop the hub (it stops the servers it spawned, then its proxy), then kill whatever process
-    it started is still alive after STOP_S; 'pid name' of each one that was."""
+    """Stop the hub (it stops its services, the servers it spawned and its proxy) within
+    HUB_STOP_S, then kill whatever process it started is still alive STOP_S later; 'pid name' of
+    each one that was."""
     hub.terminate()
     killed = False
     try:
-        hub.wait(STOP_S)
+        hub.wait(HUB_STOP_S)
     except subprocess.TimeoutExpired:
         hub.kill()  # it cannot stop its proxy and servers now
         killed = True
@@ -90,7 +98,7 @@ def stop_hub(hub: subprocess.Popen, mark: str) -> list[str]:
     _, alive = psutil.wait_procs(marked_processes(mark), timeout=STOP_S)
     left = named(alive)
     if left and killed:
-        left.append(f"(the hub itself had not stopped {STOP_S} s after SIGTERM, and was killed)")
+        left.append(f"(the hub itself had not stopped {HUB_STOP_S} s after SIGTERM, and was killed)")
     for p in alive:
         p.kill()
     psutil.wait_procs(alive, timeout=STOP_S)
