@@ -133,6 +133,25 @@ def ddp_buffer_sync(each_forward: bool) -> dict:
     return {name: each_forward}
 
 
+def fsdp_one_rank_collectives(version: str | None = None) -> tuple[str, ...]:
+    """The collectives FSDP2 (`fully_shard`) still calls on a group of one rank, where there is
+    nothing to gather or scatter, on torch `version` (default: this torch's).
+
+    torch 2.8 calls both. 2.9 skips the all-gather (`_fsdp_param_group.py`, `if world_size == 1`
+    in unshard) but still reduce-scatters (`_fsdp_collectives.py`, `foreach_reduce`); from 2.10
+    `foreach_reduce` copies the gradient instead (`if world_size > 1`), so it calls neither.
+    """
+    if version is None:
+        import torch
+
+        version = torch.__version__
+    if at_least("2.10", version):
+        return ()
+    if at_least("2.9", version):
+        return ("reduce_scatter",)
+    return ("all_gather", "reduce_scatter")
+
+
 def default_bucket_cap_mb() -> int:
     """DDP's default bucket cap in MiB: 25 on every supported torch."""
     from torch.nn.parallel import distributed

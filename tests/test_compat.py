@@ -130,3 +130,25 @@ def test_start_cluster_refuses_an_older_torch_before_anything_starts_and_warns_o
         warnings.simplefilter("error")
         check_torch("2.8.0+cu128")
         check_torch("2.15.0")
+
+
+def test_fsdp_one_rank_collectives_are_those_this_torchs_fsdp2_calls_on_one_rank(one_rank):
+    """Lab 7's check at p = 1 expects these; the release table is read from torch's sources
+    (dplab.compat's docstring), and this run of FSDP2 holds this torch to it."""
+    from torch.distributed.fsdp import fully_shard
+
+    from dplab.traffic import count_collectives
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    with count_collectives() as calls:
+        model(torch.ones(3, 4)).sum().backward()
+    assert {c.kind for c in calls} == set(compat.fsdp_one_rank_collectives())
+
+
+def test_fsdp_one_rank_collectives_by_release():
+    assert compat.fsdp_one_rank_collectives("2.8.0") == ("all_gather", "reduce_scatter")
+    assert compat.fsdp_one_rank_collectives("2.9.1+cu128") == ("reduce_scatter",)
+    assert compat.fsdp_one_rank_collectives("2.10.0") == compat.fsdp_one_rank_collectives("2.15.0") == ()
