@@ -33,10 +33,16 @@ def parse(argv: list[str]) -> tuple[Path, list[str], list[str]]:
     return Path(argv[0]), beside, main
 
 
+def start_background(cmd: list[str], **popen) -> subprocess.Popen:
+    """Start `cmd` at the lowest CPU priority (nice 19) under a tether: it and all it starts end
+    with this process."""
+    return start_tree(["nice", "-n", "19", *cmd], **popen)
+
+
 def run(log: Path, beside: list[str], main: list[str]) -> int:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
-        background = start_tree(["nice", "-n", "19", *beside], stdout=out, stderr=subprocess.STDOUT)
+        background = start_background(beside, stdout=out, stderr=subprocess.STDOUT)
     foreground = start_tree(main)
     ended = False
 

@@ -24,7 +24,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from booktools.children import end_tree, start_tree
+from booktools.beside import start_background
+from booktools.children import end_tree
 from booktools.pages import ROOT
 from booktools.readme import COMMAND_ROW, command_runs
 from dplab.timing import machine
@@ -49,7 +50,7 @@ def started_beside(args: list[str], clone: Path):
     starts die with this process), and a function that waits for it and gives its seconds, from
     its start to its end."""
     t0 = time.perf_counter()
-    proc = start_tree(["nice", "-n", "19", "make", *args], cwd=clone)
+    proc = start_background(["make", *args], cwd=clone)
     ended = []
     waiter = threading.Thread(target=lambda: (proc.wait(), ended.append(time.perf_counter())), daemon=True)
     waiter.start()

@@ -1,14 +1,12 @@
 """python -m booktools.beside (make test, .ci/run): one command in the background beside
 another; nothing of either outlives the run, and either one's failure fails it."""
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import psutil
 
-from tests.support.processes import wait_until_gone
+from tests.support.processes import outlived_sigkill
 
 # the real module, or the broken variant: the background started as a plain child, untethered,
 # and not ended when the foreground fails
@@ -48,19 +46,8 @@ def test_a_failed_background_fails_the_run_and_shows_its_printout(tmp_path):
 def test_a_run_killed_with_sigkill_leaves_neither_command():
     run = subprocess.Popen([sys.executable, "-m", "booktools.beside", os.devnull, "--", "sleep", "308",
                             "--", "sleep", "309"])
-    try:
-        deadline = time.monotonic() + 30
-        while not (sleeps("308") and sleeps("309")):
-            assert time.monotonic() < deadline, "the two commands did not start"
-            time.sleep(0.1)
-        tree = psutil.Process(run.pid).children(recursive=True)
-    finally:
-        os.kill(run.pid, signal.SIGKILL)
-        run.wait()
-    alive = wait_until_gone({p.pid for p in tree}, timeout=5)
-    for pid in alive:
-        os.kill(pid, signal.SIGKILL)
-    assert not alive
+    assert not outlived_sigkill(run, lambda: sleeps("308") and sleeps("309"), "the two commands",
+                                timeout=30, gone_s=5)
 
 
 def test_bad_usage_is_refused_before_anything_starts():

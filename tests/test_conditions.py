@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from booktools import conditions, gpu
 from booktools.conditions import Refused, parse, passes
 from dplab.cluster.settings import DEFAULT_ENGINES, max_engines
-from tests.support.processes import wait_until_gone
+from tests.support.processes import outlived_sigkill
 
 H100 = [{"name": "NVIDIA H100 80GB HBM3", "driver_version": "570.86.15", "compute_mode": "Default"}]
 
@@ -193,19 +192,13 @@ def outlives_sigkill(script: str, mode: str, marker: str) -> bool:
     running `script`, is still running 2 s after that parent was killed with SIGKILL (it is then
     killed)."""
     parent = subprocess.Popen([sys.executable, "-c", script, mode])
-    try:
-        deadline = time.monotonic() + 60
-        while not (started := [c for c in psutil.Process(parent.pid).children(recursive=True)
-                               if marker in " ".join(c.cmdline())]):
-            assert time.monotonic() < deadline, f"the parent started no process with {marker!r}"
-            time.sleep(0.1)
-    finally:
-        os.kill(parent.pid, signal.SIGKILL)
-        parent.wait()
-    _, alive = psutil.wait_procs(started, timeout=2)
-    for p in alive:
-        p.kill()
-    return bool(alive)
+    started: list[int] = []
+
+    def up() -> bool:
+        started[:] = [c.pid for c in psutil.Process(parent.pid).children(recursive=True)
+                      if marker in " ".join(c.cmdline())]
+        return bool(started)
+    return bool(outlived_sigkill(parent, up, f"a process with {marker!r}", gone_s=2) & set(started))
 
 
 def test_the_busy_core_dies_with_its_runner_even_by_sigkill():
@@ -239,18 +232,9 @@ def test_a_command_a_shell_tethers_in_the_background_dies_with_the_shell_even_by
     script = SHELL_TREE.replace("{python}", sys.executable)
     for mode, outlives in (("tethered", False), ("untethered", True)):  # untethered, the sleep outlives it
         parent = subprocess.Popen(["bash", "-c", script, "bash", mode])
-        try:
-            deadline = time.monotonic() + 60
-            while not any(c.cmdline() == ["sleep", "306"] for c in psutil.Process(parent.pid).children(recursive=True)):
-                assert time.monotonic() < deadline, "the shell started no sleep"
-                time.sleep(0.1)
-            tree = psutil.Process(parent.pid).children(recursive=True)
-        finally:
-            os.kill(parent.pid, signal.SIGKILL)
-            parent.wait()
-        alive = wait_until_gone({p.pid for p in tree}, timeout=3)  # zombies count as gone
-        for pid in alive:
-            os.kill(pid, signal.SIGKILL)
+        alive = outlived_sigkill(parent, lambda: any(
+            c.cmdline() == ["sleep", "306"] for c in psutil.Process(parent.pid).children(recursive=True)),
+            "the shell's sleep")
         assert bool(alive) == outlives, (mode, alive)
 
 

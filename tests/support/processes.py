@@ -2,6 +2,9 @@
 notebook's processes (psutil), and MPICH's files a test left in /dev/shm."""
 import os
 import re
+import signal
+import subprocess
+import time
 
 import psutil
 
@@ -28,6 +31,27 @@ def wait_until_gone(pids: set[int], timeout: float = 10.0) -> set[int]:
             pass
     _, alive = psutil.wait_procs(procs, timeout=timeout)
     return {p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE}
+
+
+def outlived_sigkill(parent: subprocess.Popen, up, what: str, timeout: float = 60.0,
+                     gone_s: float = 3.0) -> set[int]:
+    """Wait until up() (the parent's tree has started), SIGKILL the parent, and return the PIDs
+    of its descendants at that moment still alive gone_s later (zombies count as gone). Those
+    are killed, so nothing is left either way. AssertionError, naming `what`, if up() stays
+    false past `timeout`."""
+    try:
+        deadline = time.monotonic() + timeout
+        while not up():
+            assert time.monotonic() < deadline, f"{what} did not start"
+            time.sleep(0.1)
+        tree = psutil.Process(parent.pid).children(recursive=True)
+    finally:
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+    alive = wait_until_gone({p.pid for p in tree}, timeout=gone_s)
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    return alive
 
 
 def mpich_segments() -> set[str]:
