@@ -11,7 +11,6 @@ NBGRADER_LABS=02,03 picks labs (default: all); NBGRADER_TORCH=X.Y.Z a release of
 installed beside the venv (make test-nbgrader TORCH=X.Y.Z). The solutions run on 1 engine;
 the stubs and the mistakes on 2, where a stub that leaves ranks waiting for each other, or a
 sum taken for its average, would show."""
-import contextlib
 import csv
 import os
 import shutil
@@ -24,14 +23,13 @@ import uuid
 from pathlib import Path
 
 import nbformat
-import psutil
 import pytest
 from nbgrader.api import Gradebook, MissingEntry
 
 from booktools.conditions import TorchRelease
 from booktools.labs import chosen
 from teach import solutions, student
-from tests.support.grading import MARK, marked, mistakes, points, with_mistake
+from tests.support.grading import MARK, left_marked, mistakes, points, with_mistake
 from tests.support.processes import mpich_segments, segments_left
 
 BIN = Path(sys.executable).parent
@@ -124,13 +122,7 @@ def graded():
         yield course, scores, failed
     finally:
         shutil.rmtree(course, ignore_errors=True)
-        deadline = time.monotonic() + 20  # the kit's guardian ends a dead kernel's cluster in seconds
-        while marked(RUN_MARK) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        left = marked(RUN_MARK)
-        for pid in left:
-            with contextlib.suppress(psutil.Error):
-                psutil.Process(pid).kill()
+        left = left_marked(RUN_MARK, within=20)  # the kit's guardian ends a dead kernel's cluster in seconds
         assert not left, f"autograde left processes running: {left}"
         assert not segments_left(shm)
         assert not course.exists()

@@ -8,20 +8,18 @@ graded through the grader's --source), which grades in seconds. Bad input is ref
 anything starts. That every lab's stubs score 0, its solutions full marks and each mistake
 exactly its checks' points is make test-nbgrader's (tests/nbgrader), through nbgrader's own
 commands."""
-import contextlib
 import subprocess
 import time
 import uuid
 from pathlib import Path
 
 import nbformat
-import psutil
 import pytest
 
 from booktools.labs import lab as lab_named
 from teach import solutions
-from tests.support.grading import (TINY_BROADCAST, TINY_TOTAL, grade, grader, marked, pasted_back,
-                                   tiny_lab, with_change, with_mistake)
+from tests.support.grading import (TINY_BROADCAST, TINY_TOTAL, grade, grader, left_marked, marked,
+                                   pasted_back, tiny_lab, with_change, with_mistake)
 
 LAB = lab_named("02")  # the lab of the README's example
 # The grader's report of a plausible mistake, in the cheapest lab to grade that has one (nbgrader
@@ -109,13 +107,7 @@ def test_a_grader_killed_with_sigkill_leaves_nothing(tiny, tmp_path):
     assert "engine" in seen and "dplab.cluster.guard" in seen, f"the cluster lacks the mark: {seen}"
     running.kill()
     running.wait()
-    deadline = time.monotonic() + 30
-    while marked(mark) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    left = marked(mark)
-    for pid in left:  # so that a failure here leaves nothing either
-        with contextlib.suppress(psutil.Error):
-            psutil.Process(pid).kill()
+    left = left_marked(mark, within=30)
     assert not left, left
 
 

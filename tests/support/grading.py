@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -195,6 +196,19 @@ def marked(mark: str) -> dict[int, str]:
             if psutil.Process(pid).environ().get(MARK) == mark:
                 found[pid] = cmd
     return found
+
+
+def left_marked(mark: str, within: float) -> dict[int, str]:
+    """The processes carrying `mark` still alive after waiting up to `within` s for them to go;
+    each is killed, so that a failure leaves nothing either."""
+    deadline = time.monotonic() + within
+    while marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = marked(mark)
+    for pid in left:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
+    return left
 
 
 def grader(notebook: Path, *args: str, engines: str = ENGINES, mark: str = "") -> dict:
