@@ -44,7 +44,6 @@ def run(log: Path, beside: list[str], main: list[str]) -> int:
     with open(log, "w") as out:
         background = start_background(beside, stdout=out, stderr=subprocess.STDOUT)
     foreground = start_tree(main)
-    ended = False
 
     def leave(sig, frame) -> None:  # a SIGTERM or SIGINT ends both trees, then this process
         for proc in (foreground, background):
@@ -56,9 +55,7 @@ def run(log: Path, beside: list[str], main: list[str]) -> int:
     try:
         status = foreground.wait()
         if status != 0:
-            end_tree(background.pid)
-            ended = True
-            return status
+            return status  # the background is ended below
         if background.wait() != 0:
             sys.stdout.write(log.read_text(errors="replace"))
             print(f"{' '.join(beside)}: failed beside {' '.join(main)} (above, and in {log})", file=sys.stderr)
@@ -66,7 +63,7 @@ def run(log: Path, beside: list[str], main: list[str]) -> int:
         print(f"{' '.join(beside)}: passed beside {' '.join(main)} ({log})")
         return 0
     finally:
-        if not ended and background.poll() is None:
+        if background.poll() is None:
             end_tree(background.pid)
 
 
