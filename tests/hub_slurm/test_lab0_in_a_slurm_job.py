@@ -97,7 +97,7 @@ def assert_nothing_left(hub, shm_before: set[str], within: float = STOP_S) -> No
     while time.monotonic() < deadline:
         left = {"jobs": jobs(), "jobs' processes": job_processes(),
                 "server's processes": [c for c in command_lines(hub.mark) if int(c.split()[0]) not in hub.own],
-                "MPICH files": sorted(segments_left(shm_before))}
+                "MPICH files": sorted(segments_left(shm_before, settle_s=0))}
         if not any(left.values()):
             return
         time.sleep(0.5)

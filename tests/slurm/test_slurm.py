@@ -244,7 +244,7 @@ def remove_killed_ranks_shm(before: set[str]) -> None:
     """A job whose ranks were killed leaves MPICH's shared-memory files in its nodes' /dev/shm
     (one /dev/shm here); on a cluster, the SLURM epilog must clear it. Remove what appeared and
     no live process maps (not a file another program on the machine still holds)."""
-    for name in segments_left(before):
+    for name in segments_left(before, settle_s=0):
         if name.startswith("mpich_shm_"):
             os.unlink(f"/dev/shm/{name}")
 

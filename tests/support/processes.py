@@ -59,19 +59,31 @@ def mpich_segments() -> set[str]:
     return {f for f in os.listdir("/dev/shm") if f.startswith("mpich")}
 
 
-def segments_left(before: set[str]) -> set[str]:
-    """MPICH's files in /dev/shm that appeared since `before` (mpich_segments()) and that no live
-    process maps: left by a process that ended without finalising MPI. A file a live process
-    still maps is another program's: any Python process on the machine that imports mpi4py.MPI
-    without mpiexec (a singleton: a page test, a second learner's kernel) makes
-    /dev/shm/mpich_shm_<its PID in hex>_0 while it lives, and removes it at exit."""
+SETTLE_S = 10.0  # how long a file no live process maps may stay before it counts as left
+
+
+def segments_left(before: set[str], settle_s: float = SETTLE_S) -> set[str]:
+    """MPICH's files in /dev/shm that appeared since `before` (mpich_segments()), that no live
+    process maps, and that are still there `settle_s` seconds later: left by a process that
+    ended without finalising MPI, and that nobody removes.
+
+    - A file a live process still maps is another program's: any Python process on the machine
+      that imports mpi4py.MPI without mpiexec (a singleton: a page test, a second learner's
+      kernel) makes /dev/shm/mpich_shm_<its PID in hex>_0 while it lives, and removes it at exit.
+    - A file that goes within `settle_s` is another program's too: the launching chapter, built
+      beside the kit's tests, kills an MPI job's ranks to show the file they leave, and then
+      removes it. A test's own leak stays: nothing else removes it."""
     from dplab.cluster.processes import files_held_open
 
-    new = mpich_segments() - before
-    if not new:
-        return set()
-    held = {os.path.basename(path) for path in files_held_open(list(psutil.process_iter()))}
-    return {f for f in new - held if os.path.exists(f"/dev/shm/{f}")}
+    deadline = time.monotonic() + settle_s
+    while True:
+        new = mpich_segments() - before
+        if new:
+            held = {os.path.basename(path) for path in files_held_open(list(psutil.process_iter()))}
+            new = {f for f in new - held if os.path.exists(f"/dev/shm/{f}")}
+        if not new or time.monotonic() >= deadline:
+            return new
+        time.sleep(0.2)
 
 
 def running_command(cmdline: list[str]) -> list[psutil.Process]:
