@@ -180,8 +180,8 @@ def rank0():  # a rank that answers the request
     with open(flight.buffer_file(folder, 0), "wb") as f:
         f.write(b"a buffer")
 threading.Thread(target=rank0, daemon=True).start()
-out, saved = flight.collect(folder, [0], timeout=10)
-print(out, saved, os.path.isfile(os.path.join(out, "rank_0")))
+out, saved, said = flight.collect(folder, [0], timeout=10)
+print(out, saved, os.path.isfile(os.path.join(out, "rank_0")), said == {})
 """
 
 
@@ -195,9 +195,39 @@ def test_the_saved_buffers_outlive_the_cluster_but_not_the_kernel(tmp_path):
     out = subprocess.run([sys.executable, "-c", SAVE_AND_EXIT, str(tmp_path)], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    folder, saved, copied = out.stdout.split()
-    assert (saved, copied) == ("[0]", "True"), out.stdout  # saved while the process ran
+    folder, saved, copied, none_said = out.stdout.split()
+    assert (saved, copied, none_said) == ("[0]", "True", "True"), out.stdout  # saved while it ran
     assert Path(folder).name.startswith("dplab-flight-") and not Path(folder).exists(), folder
+
+
+FAIL_TO_DUMP = """\
+import sys, time
+from dplab.cluster import flight, watch
+def cannot(path):
+    raise RuntimeError("no buffer here")
+flight.write_dump = cannot  # what the rank's thread calls
+flight.answer_requests(sys.argv[1], 1)  # this process plays rank 1 and its thread
+t0 = time.monotonic()
+out, saved, said = flight.collect(sys.argv[1], [1], timeout=20)
+print(round(time.monotonic() - t0), out, saved, said)
+print(watch.flight_line(saved, 2, said))
+"""
+
+
+def test_a_rank_that_cannot_dump_its_buffer_says_why_and_the_watch_stops_waiting(tmp_path):
+    """The rank's thread does not swallow its error: it writes it where the watch looks, and the
+    watch stops waiting for that rank's buffer and says why it has none."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", FAIL_TO_DUMP, str(tmp_path)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    first, line = out.stdout.splitlines()
+    assert first.split(" ", 1)[1] == "None [] {1: 'RuntimeError: no buffer here'}", out.stdout
+    assert int(first.split()[0]) < 5, out.stdout  # not the 20 s timeout
+    assert line == ("No rank's Flight Recorder buffer was saved. Rank 1 could not write its buffer: "
+                    "RuntimeError: no buffer here."), line
 
 
 def test_a_killed_kernels_saved_buffers_are_removed_by_the_next_save(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import atexit
+import contextlib
 import os
 import pickle
 import re
@@ -84,6 +85,11 @@ def request_file(folder: str) -> str:
 def buffer_file(folder: str, rank: int) -> str:
     """Where rank `rank` writes its buffer when asked: empty until then."""
     return os.path.join(folder, f"rank{rank}.flight")
+
+
+def error_file(folder: str, rank: int) -> str:
+    """Where rank `rank` says why it could not write its buffer, instead of writing it."""
+    return os.path.join(folder, f"rank{rank}.flight-error")
 
 
 def fill_in_groups(dump: dict, groups: dict) -> dict:
@@ -156,30 +162,51 @@ def _serve() -> None:
             seen = token
             try:
                 write_dump(buffer_file(folder, rank))
-            except Exception:  # noqa: BLE001 - the watch then reports no buffer from this rank
-                pass
+            except Exception as e:  # noqa: BLE001 - any: the watch reports it, and stops waiting
+                _say(error_file(folder, rank), f"{type(e).__name__}: {e}")
+
+
+def _say(path: str, text: str) -> None:
+    """Write `text` to `path` atomically (the watch never reads half of it)."""
+    try:
+        with open(f"{path}.tmp", "w") as f:
+            f.write(text)
+        os.replace(f"{path}.tmp", path)
+    except OSError:  # the folder is gone: nobody is waiting
+        pass
 
 
 # -- watch side --------------------------------------------------------------------
 
-def collect(folder: str, ranks: list[int], timeout: float = COLLECT_S) -> tuple[str | None, list[int]]:
-    """Ask `ranks` for their buffers, wait up to `timeout` s, and copy those that arrived, as
-    rank_<r>, to a new folder that outlives the cluster. (that folder or None, the ranks saved)."""
+def collect(folder: str, ranks: list[int], timeout: float = COLLECT_S
+            ) -> tuple[str | None, list[int], dict[int, str]]:
+    """Ask `ranks` for their buffers, wait up to `timeout` s for each to answer (its buffer, or
+    why it could not write it), and copy the buffers that arrived, as rank_<r>, to a new folder
+    that outlives the cluster. (that folder or None, the ranks saved, rank -> why it sent none,
+    for the ranks that said)."""
     global last_records
     files = {r: buffer_file(folder, r) for r in ranks}
+    errors = {r: error_file(folder, r) for r in ranks}
     try:
-        for path in files.values():
-            open(path, "wb").close()  # empty: what a rank has not answered yet
+        for r in ranks:
+            open(files[r], "wb").close()  # empty: what a rank has not answered yet
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(errors[r])  # an earlier request's
         with open(request_file(folder), "w") as f:
             f.write(str(time.time_ns()))
     except OSError:
-        return None, []
+        return None, [], {}
+
+    def answered(r: int) -> bool:
+        return bool(_size(files[r])) or os.path.exists(errors[r])
+
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not all(map(_size, files.values())):
+    while time.monotonic() < deadline and not all(map(answered, ranks)):
         time.sleep(0.05)
     saved = [r for r, path in files.items() if _size(path)]
+    said = {r: _read(errors[r]) for r in ranks if r not in saved and os.path.exists(errors[r])}
     if not saved:
-        return None, []
+        return None, [], said
     sweep()
     out = tempfile.mkdtemp(prefix=f"{SAVED}{os.getpid()}-")
     # the learner reads it after the cluster is gone; nothing reads it after the kernel is. A
@@ -189,7 +216,7 @@ def collect(folder: str, ranks: list[int], timeout: float = COLLECT_S) -> tuple[
     for r in saved:
         shutil.copyfile(files[r], os.path.join(out, f"{PREFIX}{r}"))
     last_records = out
-    return out, saved
+    return out, saved, said
 
 
 def sweep() -> list[str]:

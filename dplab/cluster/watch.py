@@ -209,16 +209,19 @@ def stuck_message(failed: dict, finished: list, stuck: dict, seconds: float, int
     return "\n".join(lines + [_restart(settings)])
 
 
-def flight_line(saved: list[int], p: int) -> str:
-    """The line that says whose Flight Recorder buffers were saved, and how to analyse them."""
+def flight_line(saved: list[int], p: int, said: dict[int, str] | None = None) -> str:
+    """The line that says whose Flight Recorder buffers were saved, and how to analyse them;
+    said: rank -> why it could not write its buffer, for the ranks that said."""
     how = "run dplab.analyze_flight_records() to see which rank's collectives differ"
+    why = "".join(f" Rank {r} could not write its buffer: {text}."
+                  for r, text in sorted((said or {}).items()))
     if not saved:
-        return ""
+        return f"No rank's Flight Recorder buffer was saved.{why}" if why else ""
     if len(saved) == p:
         return f"Each rank's Flight Recorder buffer was saved (the error's flight_records): {how}."
     none = [r for r in range(p) if r not in saved]
     return (f"The Flight Recorder buffers of {_ranks(saved)} were saved (the error's flight_records); "
-            f"{_ranks(none)} sent none, and the analyzer needs every rank's.")
+            f"{_ranks(none)} sent none, and the analyzer needs every rank's.{why}")
 
 
 def _restart(s) -> str:
@@ -434,11 +437,11 @@ class WatchedResult(AsyncResult):
     def _give_up(self, failed: dict, where: dict, seconds: float, interrupted: bool):
         cluster = self._dplab_cluster
         finished = [t for t, s in self.states().items() if s is True]
-        records, saved, p = None, [], len(cluster.ranks)
+        records, saved, said, p = None, [], {}, len(cluster.ranks)
         if getattr(cluster.settings, "flight_recorder", None) and cluster.stacks_folder:
-            records, saved = flight.collect(cluster.stacks_folder, list(range(p)))  # before the stop
+            records, saved, said = flight.collect(cluster.stacks_folder, list(range(p)))  # before the stop
         message = stuck_message(failed, finished, where, seconds, interrupted, cluster.settings,
-                                flight_line(saved, p))
+                                flight_line(saved, p, said))
         error = StuckRanksError(message, failed, where)
         error.flight_records = records
         self._stop_and_raise(error)
