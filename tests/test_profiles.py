@@ -96,6 +96,36 @@ def test_open_traces_leaves_the_callers_logging_as_it_was(traces):
     assert logging.getLogger("hta").level == logging.ERROR
 
 
+PARSE_FOREVER = """\
+import sys
+from dplab.profiles import open_traces
+while True:  # HTA parses the ranks' traces in a pool of forked workers, each time
+    open_traces(sys.argv[1], range(2), sys.argv[2], "rerun")
+"""
+
+
+def test_a_kernel_killed_while_hta_parses_leaves_no_worker_of_its_pool(traces):
+    """A learner's kernel SIGKILLed while Lab 4 or 8 reads its traces with HTA (Lab 4's
+    open_traces): HTA's forked workers end with it (on a closed pipe), within seconds."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from tests.support.processes import outlived_sigkill
+
+    kernel = subprocess.Popen([sys.executable, "-c", PARSE_FOREVER, str(traces / "cap5"), RUN])
+
+    def parsing() -> bool:  # its pool's workers are up
+        assert kernel.poll() is None, "the parsing process ended by itself"
+        try:
+            return bool(psutil.Process(kernel.pid).children())
+        except psutil.NoSuchProcess:
+            return False
+
+    assert outlived_sigkill(kernel, parsing, "HTA's pool", gone_s=10) == set()
+
+
 def test_kineto_quiet_hides_the_cycle_note_and_no_other_warning():
     """The profiler's one-cycle note, which torch 2.12.1 gives as every profile starts (and
     which nbval then saw as stderr), is hidden inside kineto_quiet; the learner's own warnings
