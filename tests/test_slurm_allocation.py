@@ -106,7 +106,7 @@ def test_a_node_of_the_job_that_accepts_no_connection_fails_the_start_soon_and_i
     monkeypatch.setattr(slurm, "NODE_SILENT_S", 0.6)
     monkeypatch.setattr(slurm, "NODE_PROBE_EVERY_S", 0.1)
     monkeypatch.setattr(slurm, "START_TIMEOUT_S", 5)
-    monkeypatch.setattr(slurm, "job_listed", lambda job: True)
+    monkeypatch.setattr(slurm, "job_state", lambda job: "RUNNING")
     t0 = time.monotonic()
     # node2 silent for its first 0.3 s only if it answers again, and the engines connect at 0.8 s
     monkeypatch.setattr(slurm, "unreachable_nodes", lambda nodes: list(nodes) if none_answers else [
@@ -136,3 +136,30 @@ def test_a_node_of_the_job_that_accepts_no_connection_fails_the_start_soon_and_i
     with pytest.raises(ClusterError, match=r"runs on node2, whose slurmd has accepted no connection") as e:
         launcher.wait_for_engines(cluster, client, Settings(p=2))
     assert time.monotonic() - t0 < 3 and "node1" not in str(e.value)
+
+
+def test_a_job_that_ends_while_a_node_is_silent_fails_the_start_at_once_naming_the_node(monkeypatch):
+    """The job's srun gives up on a node that accepts no connection (12 s in make test-slurm),
+    and the batch script ends. slurmctld then keeps the job COMPLETING until that node answers
+    or SlurmdTimeout calls it down (over 80 s): squeue still lists it, and lists only that node.
+    The start fails once the job is COMPLETING, naming the node the probe found silent. Before,
+    it waited for squeue to drop the job: 96 s in a clean clone's make test-slurm beside make
+    test-student, against the test's 25 s. Without SLURM: its commands are faked."""
+    from types import SimpleNamespace
+    import time
+
+    monkeypatch.setattr(slurm, "NODE_PROBE_EVERY_S", 0.1)
+    monkeypatch.setattr(slurm, "START_TIMEOUT_S", 5)
+    t0 = time.monotonic()
+    monkeypatch.setattr(slurm, "job_state", lambda job: "RUNNING" if time.monotonic() - t0 < 0.5 else "COMPLETING")
+    monkeypatch.setattr(slurm, "unreachable_nodes", lambda nodes: [n for n in nodes if n == "node2"])
+    launcher = slurm.SlurmLauncher(slurm.SlurmSettings(nodes=2, partition="debug", cpus_per_node=2))
+    monkeypatch.setattr(launcher, "_job_nodes", lambda: ["node1", "node2"])
+    monkeypatch.setattr(launcher, "_job_output", lambda: "(the job's output)")
+    monkeypatch.setattr(slurm, "nodes_down", lambda partition: "")
+    cluster = SimpleNamespace(engines={"0": SimpleNamespace(job_id="7")})
+    client = SimpleNamespace(ids=[])
+    with pytest.raises(ClusterError, match=r"SLURM job 7 ended before its 2 engines connected; "
+                                           r"node2 has accepted no connection for \d+ s; its output") as e:
+        launcher.wait_for_engines(cluster, client, Settings(p=2))
+    assert time.monotonic() - t0 < 2 and "node1" not in str(e.value)

@@ -159,15 +159,28 @@ def resolve_slurm(settings: Settings) -> SlurmSettings:
 PURGED = "Invalid job id specified"
 
 
-def job_listed(job_id: str) -> bool:
-    """True while squeue still lists the job (pending, running or completing); False once the
-    job has ended, even after slurmctld has forgotten it (squeue then fails, saying PURGED)."""
+#: squeue's states of a job whose batch script has ended (squeue(1), JOB STATE CODES). A job stays
+#: COMPLETING while a node of it has not confirmed its end: for as long as SlurmdTimeout when a
+#: node is unreachable (over 80 s on the private test cluster).
+ENDED_STATES = {"COMPLETING", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"}
+
+
+def job_state(job_id: str) -> str | None:
+    """squeue's state of the job (RUNNING, COMPLETING, ...), or None once squeue no longer lists
+    it: it has ended, even after slurmctld has forgotten it (squeue then fails, saying PURGED)."""
     try:
-        return bool(_command("squeue", "-h", "-j", job_id, "-o", "%i").strip())
+        return _command("squeue", "-h", "-j", job_id, "-o", "%T").strip() or None
     except ClusterError as e:
         if PURGED in str(e):
-            return False
+            return None
         raise
+
+
+def job_listed(job_id: str) -> bool:
+    """True while squeue still lists the job (pending, running or completing); False once the
+    job has ended, even after slurmctld has forgotten it."""
+    return job_state(job_id) is not None
 
 
 class SlurmLauncher:
@@ -229,9 +242,13 @@ class SlurmLauncher:
                 raise ClusterError(f"{len(client.ids)} of {p} engines connected in {START_TIMEOUT_S} s; "
                                    f"job {self.job_id} is still {self._job_state()}: it was cancelled"
                                    + nodes_down(self.slurm.partition))
-            if not job_listed(self.job_id):
+            if (state := job_state(self.job_id)) is None or state in ENDED_STATES:
+                # a node the probe found silent, which slurmctld may not call down for a minute
+                silent = "".join(f"; {node} has accepted no connection for {now - since:.0f} s"
+                                 for node, since in sorted(silent_since.items()))
                 raise ClusterError(f"SLURM job {self.job_id} ended before its {p} engines connected"
-                                   f"{nodes_down(self.slurm.partition)}; its output:\n{self._job_output()}")
+                                   f"{nodes_down(self.slurm.partition)}{silent}; its output:\n"
+                                   f"{self._job_output()}")
             if now >= next_probe:
                 next_probe = now + NODE_PROBE_EVERY_S
                 nodes = self._job_nodes()
