@@ -163,3 +163,4 @@ def test_a_job_that_ends_while_a_node_is_silent_fails_the_start_at_once_naming_t
                                            r"node2 has accepted no connection for \d+ s; its output") as e:
         launcher.wait_for_engines(cluster, client, Settings(p=2))
     assert time.monotonic() - t0 < 2 and "node1" not in str(e.value)
+    assert launcher.silent_nodes == ["node2"]  # the stop does not wait for the job to leave squeue

@@ -243,7 +243,9 @@ class SlurmLauncher:
                                    f"job {self.job_id} is still {self._job_state()}: it was cancelled"
                                    + nodes_down(self.slurm.partition))
             if (state := job_state(self.job_id)) is None or state in ENDED_STATES:
-                # a node the probe found silent, which slurmctld may not call down for a minute
+                # a node the probe found silent, which slurmctld may not call down for a minute:
+                # the job cannot leave squeue before that, and the stop need not wait for it
+                self.silent_nodes = sorted(silent_since)
                 silent = "".join(f"; {node} has accepted no connection for {now - since:.0f} s"
                                  for node, since in sorted(silent_since.items()))
                 raise ClusterError(f"SLURM job {self.job_id} ended before its {p} engines connected"

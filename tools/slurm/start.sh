@@ -103,6 +103,27 @@ munged --force --socket="$DIR/munge/munge.socket" --key-file="$DIR/munge/munge.k
   --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/log/munged.log" \
   --seed-file="$DIR/munge/munged.seed"
 
+# SLURM's epilog, run as root on each node once a job has ended there: what a centre's epilog
+# does for /dev/shm and /tmp. Ranks that SLURM ends (scancel: SIGTERM, then SIGKILL after
+# KillWait) do not reach MPI_Finalize, and leave MPICH's shared-memory files; Hydra's proxies
+# ended so leave their topology file (hydra_hwloc_xmlfile_*, open while they live). It removes
+# those the job's user owns that no process holds, open or mapped (the nodes share this
+# machine's processes, /dev/shm and /tmp: another job's live files are held, and stay).
+cat > "$DIR/epilog.sh" <<'EPILOG'
+#!/bin/sh
+uid=${SLURM_JOB_UID:?}
+held() {
+  grep -qsE " $1( \(deleted\))?\$" /proc/[0-9]*/maps \
+    || [ -n "$(find /proc/[0-9]*/fd -lname "$1" -print -quit 2>/dev/null)" ]
+}
+for f in /dev/shm/mpich_* /tmp/hydra_hwloc_xmlfile_*; do
+  [ -f "$f" ] && [ "$(stat -c %u "$f")" = "$uid" ] || continue
+  held "$f" || rm -f "$f"
+done
+exit 0
+EPILOG
+chmod 755 "$DIR/epilog.sh"
+
 {
   cat <<CONF
 # Written by tools/slurm/start.sh: a private $N-node cluster on the bridge $IFACE ($SUBNET.0/24).
@@ -138,6 +159,7 @@ JobCompType=jobcomp/none
 ReturnToService=2
 MinJobAge=2
 KillWait=2
+Epilog=$DIR/epilog.sh
 InactiveLimit=0
 SlurmdTimeout=60
 CONF
