@@ -140,8 +140,9 @@ def answer_requests(folder: str, rank: int) -> None:
     open(buffer_file(folder, rank), "wb").close()
     started = bool(_target)
     _target[:] = [folder, rank]
-    if not started:
-        threading.Thread(target=_serve, name="dplab-flight-recorder", daemon=True).start()
+    if not started:  # the request already there is old: read now, not when the thread first runs
+        threading.Thread(target=_serve, args=(_read(request_file(folder)),), name="dplab-flight-recorder",
+                         daemon=True).start()
 
 
 def _read(path: str) -> str:
@@ -152,8 +153,7 @@ def _read(path: str) -> str:
         return ""
 
 
-def _serve() -> None:
-    seen = _read(request_file(_target[0]))
+def _serve(seen: str) -> None:
     while True:
         time.sleep(POLL_S)
         folder, rank = _target
