@@ -251,7 +251,7 @@ def remove_killed_ranks_shm(before: set[str]) -> None:
             os.unlink(f"/dev/shm/{name}")
 
 
-SINGLETON = "from mpi4py import MPI\nprint('up', flush=True)\nimport time\ntime.sleep(300)\n"
+SINGLETON = "import os, time\nfrom mpi4py import MPI\nprint('up', os.getpid(), flush=True)\ntime.sleep(300)\n"
 
 
 def test_the_epilog_removes_the_files_of_ranks_that_scancel_ended_and_keeps_live_ones(tmp_path):
@@ -265,15 +265,16 @@ def test_the_epilog_removes_the_files_of_ranks_that_scancel_ended_and_keeps_live
     other = subprocess.Popen([sys.executable, "-c", SINGLETON], stdout=subprocess.PIPE, text=True)
     out, job = tmp_path / "job.out", None
     try:
-        assert other.stdout.readline().strip() == "up"
-        theirs = f"mpich_shm_{other.pid:x}_0"
+        assert other.stdout.readline().split()[0] == "up"
+        theirs = f"mpich_shm_{other.pid:x}_0"  # a singleton's file is named by its PID
         job = run(["sbatch", "--parsable", f"--output={out}", "--wrap",
                    f"{shlex.quote(sys.executable)} -c {shlex.quote(SINGLETON)}"], timeout=30).stdout.strip()
         deadline = time.monotonic() + 60
-        while not (out.exists() and "up" in out.read_text()):
+        while not (out.exists() and out.read_text().startswith("up ")):
             assert time.monotonic() < deadline, f"the job's process did not start: {jobs()}"
             time.sleep(0.2)
-        (its,) = mpich_segments() - before - {theirs}  # the job's process's file
+        its = f"mpich_shm_{int(out.read_text().split()[1]):x}_0"  # not another suite's beside
+        assert its in mpich_segments()
         subprocess.run(["scancel", job], check=True, timeout=30)
         deadline = time.monotonic() + 30
         while (its in mpich_segments() or jobs()) and time.monotonic() < deadline:
