@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.support.recipes import run
+from tests.support.recipes import environment, run
 
 SQUEUE = shutil.which("squeue") or "squeue"  # found before a test empties PATH
 NODES = ["node1", "node2"]
@@ -94,10 +94,13 @@ def why(nodes: list[str]) -> str:
 
 
 def sbatch(script: str, tmp_path: Path, timeout: float) -> str:
-    """Submit a recipe with sbatch --wait from the repository root; its output."""
+    """Submit a recipe with sbatch --wait from the repository root; its output. The job's
+    TMPDIR is the test's folder (the nodes share this machine's file system): torchrun's agents
+    leave their torchelastic_* log folders there, not in /tmp."""
     out, name = tmp_path / "job.out", f"pytest-{uuid.uuid4().hex[:8]}"
     try:
-        run(["sbatch", "--wait", f"--job-name={name}", f"--output={out}", script], timeout=timeout)
+        run(["sbatch", "--wait", f"--job-name={name}", f"--output={out}", script], timeout=timeout,
+            env=environment(TMPDIR=str(tmp_path)))
     except AssertionError as e:
         raise AssertionError(f"{e}\njob output:\n{out.read_text() if out.exists() else '(none)'}") from None
     finally:
