@@ -123,10 +123,14 @@ def write_dump(path: str) -> None:
     import torch
 
     dump = pickle.loads(torch._C._distributed_c10d._dump_fr_trace())
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        pickle.dump(fill_in_groups(dump, group_table()), f)
-    os.replace(tmp, path)
+    _write_atomically(path, pickle.dumps(fill_in_groups(dump, group_table())))
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file: the watch never reads half of it."""
+    with open(f"{path}.tmp", "wb") as f:
+        f.write(data)
+    os.replace(f"{path}.tmp", path)
 
 
 _target: list = []  # [folder, rank] the thread answers for; set again by a later setup
@@ -163,17 +167,8 @@ def _serve(seen: str) -> None:
             try:
                 write_dump(buffer_file(folder, rank))
             except Exception as e:  # noqa: BLE001 - any: the watch reports it, and stops waiting
-                _say(error_file(folder, rank), f"{type(e).__name__}: {e}")
-
-
-def _say(path: str, text: str) -> None:
-    """Write `text` to `path` atomically (the watch never reads half of it)."""
-    try:
-        with open(f"{path}.tmp", "w") as f:
-            f.write(text)
-        os.replace(f"{path}.tmp", path)
-    except OSError:  # the folder is gone: nobody is waiting
-        pass
+                with contextlib.suppress(OSError):  # the folder is gone: nobody is waiting
+                    _write_atomically(error_file(folder, rank), f"{type(e).__name__}: {e}".encode())
 
 
 # -- watch side --------------------------------------------------------------------
