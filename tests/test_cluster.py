@@ -283,14 +283,13 @@ def test_a_segment_is_left_only_once_no_live_process_maps_it_and_nobody_removes_
     beside the kit's tests, does with the file of the ranks it kills)."""
     import threading
 
-    from tests.support.processes import mpich_segments, segments_left
+    from tests.support.processes import SINGLETON, mpich_segments, segments_left, singleton_segment
 
     before = mpich_segments()
-    script = "from mpi4py import MPI\nprint('up', flush=True)\nimport time; time.sleep(60)\n"
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    mine = f"mpich_shm_{proc.pid:x}_0"
+    proc = subprocess.Popen([sys.executable, "-c", SINGLETON], stdout=subprocess.PIPE, text=True)
+    mine = singleton_segment(proc.pid)
     try:
-        assert proc.stdout.readline().strip() == "up"
+        assert proc.stdout.readline().split() == ["up", str(proc.pid)]
         assert mine in mpich_segments() - before  # a singleton's segment, named by its PID
         assert segments_left(before) == set()  # mapped by a live process: not left
         proc.kill()

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.support.processes import mpich_segments, segments_left
+from tests.support.processes import SINGLETON, mpich_segments, segments_left, singleton_segment
 from tests.support.recipes import ROOT, check_training, environment, rank_lines, run
 from tests.support.slurm import IFACE, LIMIT_S, NODES, REASON, REQUIRED, SLURM_DIR, job_processes, jobs, sbatch
 from tests.support.sockets import is_loopback, listening
@@ -251,9 +251,6 @@ def remove_killed_ranks_shm(before: set[str]) -> None:
             os.unlink(f"/dev/shm/{name}")
 
 
-SINGLETON = "import os, time\nfrom mpi4py import MPI\nprint('up', os.getpid(), flush=True)\ntime.sleep(300)\n"
-
-
 def test_the_epilog_removes_the_files_of_ranks_that_scancel_ended_and_keeps_live_ones(tmp_path):
     """scancel ends a job's processes with SIGTERM (SIGKILL after KillWait): an MPI process
     ended so never reaches MPI_Finalize, and leaves MPICH's file in /dev/shm, which nobody of the
@@ -266,14 +263,14 @@ def test_the_epilog_removes_the_files_of_ranks_that_scancel_ended_and_keeps_live
     out, job = tmp_path / "job.out", None
     try:
         assert other.stdout.readline().split()[0] == "up"
-        theirs = f"mpich_shm_{other.pid:x}_0"  # a singleton's file is named by its PID
+        theirs = singleton_segment(other.pid)
         job = run(["sbatch", "--parsable", f"--output={out}", "--wrap",
                    f"{shlex.quote(sys.executable)} -c {shlex.quote(SINGLETON)}"], timeout=30).stdout.strip()
         deadline = time.monotonic() + 60
         while not (out.exists() and out.read_text().startswith("up ")):
             assert time.monotonic() < deadline, f"the job's process did not start: {jobs()}"
             time.sleep(0.2)
-        its = f"mpich_shm_{int(out.read_text().split()[1]):x}_0"  # not another suite's beside
+        its = singleton_segment(int(out.read_text().split()[1]))  # not another suite's beside
         assert its in mpich_segments()
         subprocess.run(["scancel", job], check=True, timeout=30)
         deadline = time.monotonic() + 30

@@ -54,6 +54,16 @@ def outlived_sigkill(parent: subprocess.Popen, up, what: str, timeout: float = 6
     return alive
 
 
+#: A Python process that imports mpi4py.MPI without mpiexec (an MPICH singleton), says
+#: "up <its PID>" and lives 5 minutes, holding /dev/shm/<singleton_segment(its PID)>.
+SINGLETON = "import os, time\nfrom mpi4py import MPI\nprint('up', os.getpid(), flush=True)\ntime.sleep(300)\n"
+
+
+def singleton_segment(pid: int) -> str:
+    """The name of the file in /dev/shm that MPICH makes for a singleton: its PID, in hex."""
+    return f"mpich_shm_{pid:x}_0"
+
+
 def mpich_segments() -> set[str]:
     """The names of MPICH's shared-memory files in /dev/shm now."""
     return {f for f in os.listdir("/dev/shm") if f.startswith("mpich")}
