@@ -415,3 +415,77 @@ def test_px_cell_and_kernel_interrupt_return_within_limits(leaves_nothing):
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+# -- the watch's own means: reading stacks, and waiting for output ---------------
+
+def test_ranks_survive_hundreds_of_stack_reads_while_cells_run(leaves_nothing):
+    """The watch reads a rank's stack with SIGUSR1, which may land at any moment. Here it lands
+    every few ms while 300 short cells run and print: no rank dies, no output is lost, and a
+    dump still shows the cell's line. Dumping every thread (all_threads=True) killed a rank
+    with SIGSEGV within 30 cells, in each of three runs."""
+    import os
+    import random
+    import signal
+
+    with dplab.start_cluster(2) as c:
+        pids, stop = [info.pid for info in c.ranks], threading.Event()
+
+        def read_stacks():
+            while not stop.is_set():
+                for pid in pids:
+                    os.kill(pid, signal.SIGUSR1)
+                stop.wait(random.uniform(0.003, 0.01))
+
+        reader = threading.Thread(target=read_stacks, daemon=True)
+        reader.start()
+        try:
+            for k in range(300):
+                ar = c.view.execute(f"x = sum(range(20000))\nprint(rank, {k})", silent=False, block=False)
+                ar.get(timeout=LIMIT_S)
+                assert ar.wait_for_output(LIMIT_S) and ar.stdout == [f"0 {k}\n", f"1 {k}\n"], (k, ar.stdout)
+        finally:
+            stop.set()
+            reader.join()
+        ar = c.view.execute("import time\nx = 1\ntime.sleep(0.5 + 3 * rank)", block=False)
+        time.sleep(1.5)
+        where = watch.where_from_stacks(c.stacks([1])[1], "import time\nx = 1\ntime.sleep(0.5 + 3 * rank)")
+        assert where == watch.Where("running line 3 of the cell: time.sleep(0.5 + 3 * rank)", False), where
+        ar.get()
+
+
+STOP_IDLE_ON_THIS_ENGINE = """\
+def stop_idle():
+    from IPython import get_ipython
+    kernel = get_ipython().kernel
+    real = kernel._publish_status
+    kernel._publish_status = lambda status, *a, **kw: None if status == "idle" else real(status, *a, **kw)
+"""
+
+
+def test_output_that_never_ends_is_named_after_a_bounded_wait(monkeypatch, capsys, leaves_nothing):
+    """ipyparallel knows a rank's output is complete when the rank says 'idle'. An engine that
+    never says it (here: its kernel stops sending the message) left %%px waiting forever, once
+    in CI (Lab 1, beside a second learner). Now the wait ends OUTPUT_WAIT_S after the ranks
+    returned, shows what arrived, and names the rank; without the bound it is still waiting
+    LIMIT_S later."""
+    monkeypatch.setattr(watch, "OUTPUT_WAIT_S", 2.0)
+    with dplab.start_cluster(2) as c:
+        namespace = {}
+        exec(STOP_IDLE_ON_THIS_ENGINE, namespace)
+        c.client[1].apply_sync(namespace["stop_idle"])
+        ar = c.view.execute("print('rank', rank)", silent=False, block=False)
+        ar.get(timeout=LIMIT_S)
+        # what %%px calls once the ranks returned; in a thread, as a wait without a bound would
+        # outlive even the cluster's stop
+        shown = threading.Thread(target=ar.display_outputs, daemon=True)
+        t0 = time.perf_counter()
+        shown.start()
+        shown.join(LIMIT_S)
+        assert not shown.is_alive(), f"display_outputs() still waits {LIMIT_S} s after the ranks returned"
+        assert 2.0 <= time.perf_counter() - t0 < LIMIT_S
+        out = capsys.readouterr()
+        assert "rank 0" in out.out and "rank 1" in out.out, out
+        assert "dplab: rank(s) 1 returned, but 2 s later ipyparallel had not received the end of their output" \
+            in out.err, out.err
+        assert c.running

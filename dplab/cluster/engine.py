@@ -250,17 +250,22 @@ _stack_log = None  # kept open for faulthandler, which writes to its file descri
 
 
 def dump_stacks_on_signal(path: str) -> None:
-    """On SIGUSR1, append every thread's Python stack to `path`, even while blocked in C code.
+    """On SIGUSR1, append the Python stack of the thread that runs the cells to `path`, even
+    while it is blocked in C code.
 
     faulthandler writes from the signal handler itself, so this works while the rank waits
-    inside MPI or a collective, where no Python code (and no KeyboardInterrupt) can run.
+    inside MPI or a collective, where no Python code (and no KeyboardInterrupt) can run. It
+    dumps only the thread the signal lands on: Linux hands a signal sent to the process to its
+    main thread, which runs the cells, unless that thread already has one pending. Dumping
+    every thread walks the others' frames while they run and killed engines with SIGSEGV
+    (tests/test_failures.py: a few hundred dumps while cells run).
     """
     import faulthandler
     import signal
 
     global _stack_log
     _stack_log = open(path, "a")  # append: the client reads what each dump adds
-    faulthandler.register(signal.SIGUSR1, file=_stack_log, all_threads=True, chain=False)
+    faulthandler.register(signal.SIGUSR1, file=_stack_log, all_threads=False, chain=False)
 
 
 def last_stacks_file(folder: str, rank: int) -> str:

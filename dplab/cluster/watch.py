@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import linecache
 import re
+import sys
 import textwrap
 import time
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ from .errors import ClusterError
 
 #: Seconds an interrupted rank gets to return before the cluster is stopped.
 INTERRUPT_GRACE_S = 2.0
+#: Seconds that the printed output of ranks that have all returned may take to arrive.
+OUTPUT_WAIT_S = 30.0
 #: Seconds, after a rank died, for mpiexec to end the other ranks (MPICH ends them all at once).
 DEATH_GRACE_S = 1.0
 
@@ -120,7 +123,8 @@ def parse_stacks(text: str) -> list[list[tuple[str, int, str]]]:
     """faulthandler's dump as threads, each a list of (file, line, function), innermost first."""
     threads, frames = [], None
     for raw in text.splitlines():
-        if raw.startswith(("Thread 0x", "Current thread 0x")):
+        # "Stack" heads a dump of one thread (the SIGUSR1 dump); the others, of every thread
+        if raw.startswith(("Thread 0x", "Current thread 0x", "Stack (most recent call first)")):
             frames = []
             threads.append(frames)
         m = re.match(r'\s+File "(.*)", line (\d+) in (.*)$', raw)
@@ -359,6 +363,22 @@ class WatchedResult(AsyncResult):
                 raise KeyboardInterrupt  # the ranks were interrupted and returned: stop the caller too
             timeout = 0
         return super().wait(timeout, return_when)
+
+    def wait_for_output(self, timeout=-1):
+        """As AsyncResult.wait_for_output, but a wait without a timeout (%%px's) ends
+        OUTPUT_WAIT_S after every rank returned, naming on stderr the ranks whose output
+        never said it was complete: ipyparallel would wait for them forever."""
+        if self._dplab_cluster is None or (timeout is not None and timeout >= 0):
+            return super().wait_for_output(timeout)
+        self.wait()  # watched; ready() already holds for %%px
+        if super().wait_for_output(OUTPUT_WAIT_S):
+            return True
+        late = [t for t, f in zip(ipp.result_targets(self), ipp.result_children(self))
+                if not getattr(f, "output", f).done()]
+        print(f"dplab: rank(s) {', '.join(map(str, late))} returned, but {OUTPUT_WAIT_S:g} s later "
+              "ipyparallel had not received the end of their output: what arrived is shown",
+              file=sys.stderr)
+        return False
 
     def states(self) -> dict:
         """rank -> None while running, True when it succeeded, else the exception it ended with."""
