@@ -11,10 +11,12 @@ from labcode.overlap_timing import TOL
 HERE = os.path.dirname(__file__)
 
 
-def test_overlap_check_passes_ddp_and_fails_a_doubled_or_missing_all_reduce_under_mpiexec():
+def test_overlap_check_passes_ddp_and_fails_a_doubled_all_reduce_and_weights_catch_a_missing_one():
     """The check compares DDP with several buckets against one bucket, within a tolerance from a
-    noise reference. An all-reduce done twice must leave the band on every machine; no all-reduce
-    at all must leave it where communication has no core of its own (2 ranks on 2 cores)."""
+    noise reference. An all-reduce done twice must leave the band on every machine. No
+    all-reduce at all is not a timing mistake: beside a busy core correct DDP has measured as
+    low (0.73 against 0.64 to 0.70), so the band's floor is the overlapped prediction; the
+    ranks' weights, which then differ, catch it on every machine."""
     for _ in range(3):  # a busy moment of a shared box widens the tolerance: try again
         out = run_job(os.path.join(HERE, "mpi", "check_overlap_timing.py"), 2, timeout=300)
         assert out.returncode == 0, out.stdout + out.stderr
@@ -25,8 +27,7 @@ def test_overlap_check_passes_ddp_and_fails_a_doubled_or_missing_all_reduce_unde
         pytest.skip(f"the machine was too noisy to test the check three times: {result}")
     assert result["ddp"][1] == "pass", result
     assert result["twice"][1] == "fail", result
-    if not result["own_resource"]:
-        assert result["never"][1] == "fail", result
+    assert result["agree"] == {"ddp": True, "never": False}, result
 
 
 def _facts(exposed_by_rank_and_step):

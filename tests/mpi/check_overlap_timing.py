@@ -2,7 +2,8 @@
 
 Rank 0 prints one JSON line: the noise reference, the tolerance, whether communication has a
 resource of its own, and for DDP with 5 MiB buckets (as it is, with every bucket all-reduced
-twice, and with no all-reduce at all) the measured ratio to one bucket and check_overlap's verdict.
+twice, and with no all-reduce at all) the measured ratio to one bucket and check_overlap's verdict;
+and, for DDP as it is and with no all-reduce, whether the ranks' weights agree after the steps.
 """
 import functools
 import json
@@ -52,13 +53,26 @@ for model, step in steps.values():
 fns = {name: step for name, (model, step) in steps.items()}
 fns["forward only"] = functools.partial(steps["compute only"][0], x)
 per_step = slowest_rank_times(fns, REPEATS, device)
+
+
+def ranks_agree(model) -> bool:
+    """Whether every rank holds the same weights, bit for bit."""
+    flat = torch.cat([w.detach().reshape(-1) for w in model.parameters()])
+    low, high = flat.clone(), flat.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    return bool(torch.equal(low, high))
+
+
+agree = {name: ranks_agree(steps[name][0]) for name in ("ddp", "never")}
 if info.rank == 0:
     med = {name: sorted(t)[len(t) // 2] for name, t in per_step.items()}
     noise, tol = ratio_tolerance(per_step, "one", ["ddp", "one again"])  # as the lab does
     own_resource = info.world_size < (os.cpu_count() or 1)
     overlapped = {CAP: overlapped_ratio(med["compute only"], med["forward only"], med["one"],
                                         ddp_bucket_bytes(steps["ddp"][0]))}
-    out = {"noise": noise, "tol": tol, "own_resource": own_resource, "overlapped": overlapped[CAP]}
+    out = {"noise": noise, "tol": tol, "own_resource": own_resource, "overlapped": overlapped[CAP],
+           "agree": agree}
     for name in ("ddp", "twice", "never"):
         ratio = paired_ratio(per_step[name], per_step["one"])
         try:
