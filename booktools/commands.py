@@ -15,7 +15,9 @@ RECORD=1 in the environment, make bench-nodes' figures) is copied back here.
 """
 from __future__ import annotations
 
+import contextlib
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -25,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from booktools.beside import start_background
-from booktools.children import end_tree
+from booktools.children import end_tree, start_tree
 from booktools.pages import ROOT
 from booktools.readme import COMMAND_ROW, command_runs
 from dplab.timing import machine
@@ -69,16 +71,24 @@ def main(argv: list[str] | None = None) -> int:
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"$ python -m booktools.commands {' '.join(targets)}   # {stamp}, clean clone of {commit}\n",
              f"machine: {machine()}\n"]
-    with tempfile.TemporaryDirectory() as tmp:
+    # Killed (SIGTERM), the run ends what it started, and then removes the clone
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    started: list[subprocess.Popen] = []
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as ending:
+        ending.callback(lambda: [end_tree(p.pid) for p in started if p.poll() is None])
         clone = Path(tmp) / "book"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
         beside = None  # a target ending in "&": (target, its process, its seconds when it ends)
         for target in targets:
             if target.endswith("&"):  # started now at the lowest priority, as .ci/run does
                 beside = (target, *started_beside(target[:-1].split(), clone))
+                started.append(beside[1])
                 continue
             t0 = time.perf_counter()
-            proc = subprocess.run(["make", *target.split()], cwd=clone)  # "test-any-p ANY_P=1"
+            # under a tether, as the one beside it: killed, this run leaves no make behind
+            proc = start_tree(["make", *target.split()], cwd=clone)  # "test-any-p ANY_P=1"
+            started.append(proc)
+            proc.wait()
             if beside:
                 name, other, took = beside
                 if proc.returncode != 0 and other.poll() is None:
