@@ -1,7 +1,7 @@
 """PyTorch's Flight Recorder on a hang: every rank's buffer is saved as the watch gives up, and
 torch's analyzer names the rank that skipped a collective."""
+import os
 import pickle
-import shutil
 import time
 
 import pytest
@@ -143,7 +143,8 @@ def test_a_skipped_collective_is_named_by_torchs_analyzer(leaves_nothing):
     assert "collective: gloo:all_reduce" in found.summary and "missing ranks: {1}" in str(found)
     assert "all_reduce at distributed_c10d.py:" in found.text and found.text.endswith("<module> at cell:5")
     assert "/" not in found.text and "stack trace" not in found.summary
-    shutil.rmtree(err.flight_records)
+    flight.discard_saved()  # the folder, and the guardian that removes it if this process is killed
+    assert not os.path.exists(err.flight_records)
 
 
 def test_with_the_recorder_off_nothing_is_saved(leaves_nothing):
@@ -228,6 +229,32 @@ def test_a_rank_that_cannot_dump_its_buffer_says_why_and_the_watch_stops_waiting
     assert int(first.split()[0]) < 5, out.stdout  # not the 20 s timeout
     assert line == ("No rank's Flight Recorder buffer was saved. Rank 1 could not write its buffer: "
                     "RuntimeError: no buffer here."), line
+
+
+def test_a_kernel_killed_by_sigkill_leaves_no_saved_buffers_and_no_guardian(tmp_path):
+    """nbval kills its kernel at the end of a lab: no atexit hook runs. The kernel's guardian
+    removes its saved folders then, and exits. Without the guardian (the sweep alone) the folder
+    stays until some later save."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.support.processes import descendants, wait_until_gone
+
+    before = descendants()
+    kernel = subprocess.Popen([sys.executable, "-c", SAVE_AND_EXIT + "sys.stdout.flush()\ntime.sleep(600)\n",
+                               str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    folder = Path(kernel.stdout.readline().split()[0])
+    assert folder.name.startswith(f"{flight.SAVED}{kernel.pid}-") and folder.exists(), folder
+    guardians = descendants() - before - {kernel.pid}
+    kernel.send_signal(signal.SIGKILL)
+    kernel.wait()
+    deadline = time.monotonic() + 10
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not folder.exists(), f"{folder} outlived its kernel by 10 s"
+    assert wait_until_gone(guardians, timeout=10) == set()
 
 
 def test_a_killed_kernels_saved_buffers_are_removed_by_the_next_save(tmp_path, monkeypatch):

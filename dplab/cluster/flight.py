@@ -204,14 +204,42 @@ def collect(folder: str, ranks: list[int], timeout: float = COLLECT_S
         return None, [], said
     sweep()
     out = tempfile.mkdtemp(prefix=f"{SAVED}{os.getpid()}-")
-    # the learner reads it after the cluster is gone; nothing reads it after the kernel is. A
-    # kernel that is killed (nbval kills its kernel at the end) runs no atexit hook: the next
-    # collect() anywhere on the machine removes its folder (sweep)
+    # The learner reads it after the cluster is gone; nothing reads it after the kernel is. The
+    # kernel removes it as it exits; a kernel that is killed (nbval kills its kernel at the end)
+    # runs no atexit hook, so a guardian of its own removes it then (sweep: one that died too)
     atexit.register(shutil.rmtree, out, ignore_errors=True)
+    _keeper().remove_later([out])
     for r in saved:
         shutil.copyfile(files[r], os.path.join(out, f"{PREFIX}{r}"))
     last_records = out
     return out, saved, said
+
+
+_guardian = None  # this kernel's guardian of its saved folders, once it saved one
+
+
+def _keeper():
+    """The guardian (dplab.cluster.guard) that removes this process's saved folders if it is
+    killed: one per kernel, for no cluster (no process carries its id), dismissed at exit."""
+    global _guardian
+    if _guardian is None:
+        from .guard import Guard
+
+        _guardian = Guard(f"{SAVED}{os.getpid()}")
+        atexit.register(_guardian.dismiss)
+    return _guardian
+
+
+def discard_saved() -> None:
+    """Remove the folders this process saved, and end their guardian: what its exit does."""
+    global _guardian
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        if name.startswith(f"{SAVED}{os.getpid()}-"):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    if _guardian is not None:
+        _guardian.dismiss()
+        _guardian = None
 
 
 def sweep() -> list[str]:
