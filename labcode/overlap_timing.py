@@ -196,12 +196,11 @@ def overlapped_ratio(compute_s, forward_s, one_bucket_s, bucket_bytes):
 
 
 # From labs/04_ddp.ipynb, section "Measure: what overlap buys".
-def check_overlap(ratios, overlapped, tol, own_resource):
+def check_overlap(ratios, overlapped, tol):
     # Assert that each measured ratio (DDP with a cap / DDP with one bucket) lies
     # between the best case, `overlapped`, and 1. With no resource of its own,
     # communication adds its time wherever it runs: the model says 1, and only the
-    # upper side is a test (an all-reduce done twice fails it). own_resource says
-    # which side the lab's prose is about; the band is the same.
+    # upper side is a test (an all-reduce done twice fails it).
     for cap, r in ratios.items():
         low = overlapped[cap] - tol
         assert in_band(f"DDP {cap} MiB / one bucket", r, low, 1 + tol), (

@@ -76,7 +76,7 @@ if info.rank == 0:
     for name in ("ddp", "twice", "never"):
         ratio = paired_ratio(per_step[name], per_step["one"])
         try:
-            check_overlap({CAP: ratio}, overlapped, tol, own_resource)
+            check_overlap({CAP: ratio}, overlapped, tol)
             verdict = "pass"
         except AssertionError:
             verdict = "fail"
