@@ -7,6 +7,7 @@ import re
 import time
 
 import psutil
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
 
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
@@ -85,9 +86,16 @@ def log_in(page, hub, landing: str, timeout_ms: int = STEP_MS) -> None:
 
 
 def open_the_lab(page, hub) -> None:
-    """Open Lab 0 in the learner's JupyterLab, and wait until its kernel is idle."""
+    """Open Lab 0 in the learner's JupyterLab, and wait until every cell is on the page with its
+    stored outputs and the kernel is idle. Before that, keys and menus can be lost: once, beside
+    a busy grader, Clear Outputs left the stored outputs and Shift+Enter left the set-up cell
+    unrun ("[ ]"), with the indicator already idle."""
     page.goto(f"{hub.url}/user/{hub.user}/lab/tree/{LAB}")
     page.wait_for_selector(".jp-NotebookPanel:visible .jp-Notebook-ExecutionIndicator[data-status='idle']")
+    page.wait_for_function(
+        "n => document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell').length === n"
+        " && document.querySelector('.jp-NotebookPanel .jp-Notebook .jp-OutputArea-output') !== null",
+        arg=len(the_lab()[3]), timeout=STEP_MS, polling=250)
 
 
 def log_in_and_open_the_lab(page, hub) -> None:
@@ -98,6 +106,12 @@ def log_in_and_open_the_lab(page, hub) -> None:
 def clear_outputs(page) -> None:
     """The stored outputs go first, so that every output checked afterwards is this run's."""
     menu(page, "Edit", "editmenu:clear-all")
+    try:
+        page.wait_for_function(
+            "() => document.querySelector('.jp-NotebookPanel .jp-Notebook .jp-OutputArea-output') === null",
+            timeout=STEP_MS, polling=250)
+    except PlaywrightTimeout:
+        pass  # said below, with what is left
     assert not any(cell_outputs(page)), "Clear Outputs of All Cells left outputs"
 
 
@@ -129,6 +143,16 @@ def run_to_setup(page, setup_cell: int) -> None:
     page.locator(CELLS).first.locator(".jp-InputPrompt").click()
     for _ in range(setup_cell + 1):
         page.keyboard.press("Shift+Enter")
+    # A run JupyterLab dropped leaves the prompt "[ ]" (queued: "[*]"): ask once more, in place.
+    prompt = page.locator(CELLS).nth(setup_cell).locator(".jp-InputPrompt")
+    for _ in range(2):
+        try:
+            page.wait_for_function("el => !/\\[\\s*\\]/.test(el.innerText)", arg=prompt.element_handle(),
+                                   timeout=STEP_MS // 2, polling=250)
+            break
+        except PlaywrightTimeout:
+            prompt.click()
+            page.keyboard.press("Control+Enter")
     page.wait_for_function(
         "i => document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')[i]"
         ".innerText.includes('<Cluster running')", arg=setup_cell, timeout=RUN_S * 1000, polling=500)
