@@ -206,8 +206,8 @@ grade-class: venv
 # =02,06 chooses labs, every cell). Every lab's scores are make test-nbgrader's. SANDBOX=no leaves
 # out the sandbox's tests (tests/student/test_sandbox.py), SANDBOX=only runs just them: .ci/run runs
 # the rest beside make test-slurm (each checks only the processes it marked), and the sandbox's
-# after it, beside make test-nbgrader (they count every sandboxed process, make test-slurm's
-# grade-class sandboxes too; nbgrader sandboxes none).
+# after it, beside make test-hub-slurm (they count every sandboxed process and remove the
+# sandbox's account, which make test-slurm's grade-class uses; the SLURM hub sandboxes nothing).
 STUDENT_TESTS = $(if $(filter only,$(SANDBOX)),tests/student/test_sandbox.py,tests/student \
 	$(if $(filter no,$(SANDBOX)),--ignore=tests/student/test_sandbox.py))
 test-student: $(TEACH)
