@@ -45,6 +45,7 @@ class Cluster:
         self.lost_nodes: list[str] = []  # nodes that stopped answering (the watch marks them)
         self.port: int | None = settings.port  # the rendezvous port actually used, once joined
         self.stacks_folder: str | None = None  # where ranks dump their stacks (dplab.cluster.watch)
+        self._stacks_held: int | None = None  # a descriptor of that folder, open while the cluster lives
         self._leftovers: set[str] = set()  # files the engines leave behind when killed
         self._guard: Guard | None = None  # ends the cluster if this process dies without stopping it
 
@@ -90,7 +91,7 @@ class Cluster:
     def _init_ranks(self) -> None:
         """Apply engine.setup on every engine, keep the records, and bind ENGINE_NAMES on each engine."""
         s = self.settings
-        self.stacks_folder = tempfile.mkdtemp(prefix="dplab-stacks-")
+        self.stacks_folder, self._stacks_held = held_folder("dplab-stacks-")
         joining = self.view.apply_async(engine.setup, s, self.stacks_folder)
         try:
             infos = joining.get(timeout=START_TIMEOUT_S)
@@ -163,6 +164,9 @@ class Cluster:
     def _remove_leftovers(self) -> None:
         """Files the cluster's processes leave when they do not exit on their own (MPICH's, and
         ipykernel's cell folders), ipyparallel's engine record, and the stack dumps."""
+        if self._stacks_held is not None:
+            os.close(self._stacks_held)
+            self._stacks_held = None
         remove(self._leftovers | ({self.stacks_folder} if self.stacks_folder else set()))
         self._leftovers, self.stacks_folder = set(), None
 
@@ -263,6 +267,23 @@ class Cluster:
         s = self.settings
         state = "running" if self.running else "stopped"
         return f"<Cluster {state}: {self.launcher.describe(s)}, backend={s.backend}, device={s.device}>"
+
+
+def held_folder(prefix: str) -> tuple[str, int]:
+    """A new folder in the temporary folder, and a descriptor of it, open until the caller closes it.
+
+    A SLURM epilog (a centre's; tools/slurm/start.sh's) removes the folders that no process holds
+    once a job has ended; a job that SLURM ends takes this kernel and its guardian with it, before
+    either can remove the folder, and the open descriptor tells the epilog whose folder is live.
+    """
+    for _ in range(3):
+        path = tempfile.mkdtemp(prefix=prefix)
+        try:
+            return path, os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:  # an epilog removed it in between: make another
+            continue
+    raise ClusterError(f"{tempfile.gettempdir()}/{prefix}* folders vanish as soon as they are made: "
+                       "does a clean-up job remove them? Set TMPDIR to a folder of your own")
 
 
 def _size(path: str) -> int:

@@ -20,7 +20,7 @@ from tests.support.hub import STOP_S, command_lines, marked_processes
 from tests.support.jupyterlab import (DEAD_S, assert_ok_lines, cluster_id_of, log_in, menu, open_the_lab,
                                       run_to_setup, the_lab, the_one, wait_for_the_end)
 from tests.support.kernels import Watched, running
-from tests.support.processes import mpich_segments, segments_left
+from tests.support.processes import mpich_segments, segments_left, stack_folders, unheld
 from tests.support.slurm import job_processes, jobs
 from tests.support.slurm_hub import ENGINES, STATE
 
@@ -89,15 +89,17 @@ def stop_server(page, hub) -> None:
     page.wait_for_selector("#stop", state="hidden", timeout=STOP_S * 1000)
 
 
-def assert_nothing_left(hub, shm_before: set[str], within: float = STOP_S) -> None:
+def assert_nothing_left(hub, shm_before: set[str], stacks_before: set[str], within: float = STOP_S) -> None:
     """No job, no process of a job or of the server, no new MPICH file that no live process maps
-    (tests.support.processes.segments_left): on every node (they share this machine's process
-    table and /dev/shm)."""
+    (tests.support.processes.segments_left), no new stack folder that no process holds (a
+    kernel's whose job SLURM ended, with its guardian: the cluster's epilog removes it): on every
+    node (they share this machine's process table, /dev/shm and /tmp)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         left = {"jobs": jobs(), "jobs' processes": job_processes(),
                 "server's processes": [c for c in command_lines(hub.mark) if int(c.split()[0]) not in hub.own],
-                "MPICH files": sorted(segments_left(shm_before, settle_s=0))}
+                "MPICH files": sorted(segments_left(shm_before, settle_s=0)),
+                "stack folders": unheld(stack_folders() - stacks_before)}
         if not any(left.values()):
             return
         time.sleep(0.5)
@@ -106,7 +108,7 @@ def assert_nothing_left(hub, shm_before: set[str], within: float = STOP_S) -> No
 
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_lab0_runs_in_the_learners_slurm_job_with_its_engines_on_the_jobs_nodes(slurm_hub, nodes):
-    hub, shm = slurm_hub, mpich_segments()
+    hub, shm, stacks = slurm_hub, mpich_segments(), stack_folders()
     lab, stored, expected, cells, setup_cell = the_lab()
     with browser_page() as page:
         spawn(page, hub, nodes)
@@ -128,7 +130,7 @@ def test_lab0_runs_in_the_learners_slurm_job_with_its_engines_on_the_jobs_nodes(
     assert (int(setup[1]), int(setup[2]), setup[3], setup[4]) == (ENGINES, nodes, "gloo", "cpu"), setup[0]
     assert hosts == set(held), f"engines on {hosts}, the job holds {held}"
     assert hashlib.sha256(lab.read_bytes()).hexdigest() == stored, "Lab 0 changed on disk"
-    assert_nothing_left(hub, shm)
+    assert_nothing_left(hub, shm, stacks)
     assert re.search(r"Notebook server job \d+ started at 10\.", hub.log.read_text())
 
 
@@ -151,7 +153,7 @@ def test_a_request_the_cluster_cannot_hold_fails_before_sbatch_and_says_why(slur
 def test_the_idle_culler_stops_an_idle_server_and_its_job_kernel_and_engines_go(slurm_hub):
     """jupyterhub-idle-culler as a hub service: 20 s after the learner's last activity (the server
     reports it every 5 s; a busy kernel or an open JupyterLab counts), it stops the server."""
-    hub, shm = slurm_hub, mpich_segments()
+    hub, shm, stacks = slurm_hub, mpich_segments(), stack_folders()
     with browser_page() as page:
         run_on_two_nodes(page, hub)
         assert len(engines_of(hub.mark)) == ENGINES
@@ -165,14 +167,14 @@ def test_the_idle_culler_stops_an_idle_server_and_its_job_kernel_and_engines_go(
     log = hub.log.read_text()
     assert re.search(rf"Culling server {hub.user} \(inactive for", log), "the culler did not say it culled"
     assert deleted.search(log), "the culler's request to stop the server did not end"
-    assert_nothing_left(hub, shm)
+    assert_nothing_left(hub, shm, stacks)
 
 
 def test_a_killed_kernel_in_the_job_leaves_nothing_and_the_server_stays(slurm_hub):
     """SIGKILL the learner's kernel (as the OOM killer does) once its engines run on both nodes:
     within DEAD_S nothing of the cluster is left, the server and its job run on; then Stop My
     Server leaves nothing at all."""
-    hub, shm = slurm_hub, mpich_segments()
+    hub, shm, stacks = slurm_hub, mpich_segments(), stack_folders()
     with browser_page() as page:
         run_on_two_nodes(page, hub)
         kernel, server = the_one(hub.mark, "ipykernel_launcher"), the_one(hub.mark, "jupyterhub-singleuser")
@@ -183,4 +185,4 @@ def test_a_killed_kernel_in_the_job_leaves_nothing_and_the_server_stays(slurm_hu
         print(f"\nthe learner's kernel SIGKILLed in its SLURM job: its cluster gone {seconds:.1f} s later")
         assert running([server]) == [server] and len(jobs()) == 1, "the server or its job died with the kernel"
         stop_server(page, hub)
-    assert_nothing_left(hub, shm)
+    assert_nothing_left(hub, shm, stacks)

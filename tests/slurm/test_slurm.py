@@ -7,6 +7,7 @@ DPLAB_IFACE is the name the bridge and every node's end of its link share."""
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -255,12 +256,19 @@ def test_the_epilog_removes_the_files_of_ranks_that_scancel_ended_and_keeps_live
     """scancel ends a job's processes with SIGTERM (SIGKILL after KillWait): an MPI process
     ended so never reaches MPI_Finalize, and leaves MPICH's file in /dev/shm, which nobody of the
     job can remove. The cluster's epilog (tools/slurm/start.sh), as a centre's does, removes it
-    once the job has ended; a file that a live process outside the job maps stays."""
+    once the job has ended; a file that a live process outside the job maps stays. So do stack
+    folders (dplab.cluster.handle.held_folder): one that no process holds goes, as a hub
+    server's job leaves its kernel's; one a live kernel holds open stays."""
     import shlex
+    import tempfile
 
     before = mpich_segments()
     other = subprocess.Popen([sys.executable, "-c", SINGLETON], stdout=subprocess.PIPE, text=True)
     out, job = tmp_path / "job.out", None
+    live = tempfile.mkdtemp(prefix="dplab-stacks-", dir="/tmp")
+    live_fd = os.open(live, os.O_RDONLY | os.O_DIRECTORY)  # as a live kernel holds its own
+    dead = tempfile.mkdtemp(prefix="dplab-stacks-", dir="/tmp")
+    Path(dead, "rank0.txt").write_text("a killed job's rank's stack\n")
     try:
         assert other.stdout.readline().split()[0] == "up"
         theirs = singleton_segment(other.pid)
@@ -274,16 +282,21 @@ def test_the_epilog_removes_the_files_of_ranks_that_scancel_ended_and_keeps_live
         assert its in mpich_segments()
         subprocess.run(["scancel", job], check=True, timeout=30)
         deadline = time.monotonic() + 30
-        while (its in mpich_segments() or jobs()) and time.monotonic() < deadline:
+        while (its in mpich_segments() or jobs() or os.path.exists(dead)) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert its not in mpich_segments(), f"{its} is still in /dev/shm after its job ended: {jobs()}"
         assert theirs in mpich_segments()  # mapped by a live process: kept
+        assert not os.path.exists(dead), f"{dead}, which no process holds, is still there after the job ended"
+        assert os.path.isdir(live)  # held open by a live process: kept
     finally:
         if job:
             subprocess.run(["scancel", job], timeout=30)
         other.kill()
         other.wait()
         remove_killed_ranks_shm(before)
+        os.close(live_fd)
+        shutil.rmtree(live, ignore_errors=True)
+        shutil.rmtree(dead, ignore_errors=True)
 
 
 def link(node: str) -> str:

@@ -1,10 +1,12 @@
 """The processes a test started, waiting for them to exit, finding a cluster's or a
 notebook's processes (psutil), and MPICH's files a test left in /dev/shm."""
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 
@@ -132,3 +134,29 @@ def lab_processes() -> dict[int, str]:
         if LAB_PARTS.search(cmd) and p.info["status"] != psutil.STATUS_ZOMBIE:
             found[p.info["pid"]] = cmd[:120]
     return found
+
+
+def held_by_this_process() -> set[str]:
+    """What this process's open file descriptors point to (their /proc links)."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the descriptor listdir itself used, closed since
+            found.add(os.readlink(f"/proc/self/fd/{fd}"))
+    return found
+
+
+def stack_folders() -> set[str]:
+    """dplab's stack folders in /tmp now (dplab.cluster.handle.held_folder): the nodes' /tmp,
+    which the private SLURM cluster's epilog cleans."""
+    return {str(folder) for folder in Path("/tmp").glob("dplab-stacks-*")}
+
+
+def unheld(folders: set[str]) -> list[str]:
+    """Those of `folders` still there that no process holds open (a file in them, or the folder
+    itself): as the epilog tells a live cluster's folder from a dead one's."""
+    targets = set()
+    for link in Path("/proc").glob("[0-9]*/fd/*"):
+        with contextlib.suppress(OSError):  # the process or descriptor went meanwhile
+            targets.add(os.readlink(link))
+    return sorted(f for f in folders if os.path.isdir(f)
+                  and not any(t == f or t.startswith(f + "/") for t in targets))

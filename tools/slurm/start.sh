@@ -106,8 +106,9 @@ munged --force --socket="$DIR/munge/munge.socket" --key-file="$DIR/munge/munge.k
 # SLURM's epilog, run as root on each node once a job has ended there: what a centre's epilog
 # does for /dev/shm and /tmp. Ranks that SLURM ends (scancel: SIGTERM, then SIGKILL after
 # KillWait) do not reach MPI_Finalize, and leave MPICH's shared-memory files; Hydra's proxies
-# ended so leave their topology file (hydra_hwloc_xmlfile_*, open while they live). It removes
-# those the job's user owns that no process holds, open or mapped (the nodes share this
+# ended so leave their topology file (hydra_hwloc_xmlfile_*, open while they live), and a
+# notebook server's job ended so leaves its kernel's stack folder (/tmp/dplab-stacks-*). It
+# removes those the job's user owns that no process holds, open or mapped (the nodes share this
 # machine's processes, /dev/shm and /tmp: another job's live files are held, and stay).
 cat > "$DIR/epilog.sh" <<'EPILOG'
 #!/bin/sh
@@ -119,6 +120,12 @@ held() {
 for f in /dev/shm/mpich_* /tmp/hydra_hwloc_xmlfile_*; do
   [ -f "$f" ] && [ "$(stat -c %u "$f")" = "$uid" ] || continue
   held "$f" || rm -f "$f"
+done
+# dplab's stack folders: the kernel that made one holds it open while its cluster lives and
+# removes it at the stop; a job that SLURM ended took the kernel (a hub's server) with it.
+for d in /tmp/dplab-stacks-*; do
+  [ -d "$d" ] && [ "$(stat -c %u "$d")" = "$uid" ] || continue
+  [ -n "$(find /proc/[0-9]*/fd \( -lname "$d" -o -lname "$d/*" \) -print -quit 2>/dev/null)" ] || rm -rf "$d"
 done
 exit 0
 EPILOG
