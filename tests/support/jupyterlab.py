@@ -143,7 +143,8 @@ def run_to_setup(page, setup_cell: int) -> None:
     page.locator(CELLS).first.locator(".jp-InputPrompt").click()
     for _ in range(setup_cell + 1):
         page.keyboard.press("Shift+Enter")
-    # A run JupyterLab dropped leaves the prompt "[ ]" (queued: "[*]"): ask once more, in place.
+    # A run JupyterLab dropped leaves the prompt "[ ]" (queued: "[*]"): ask again in place, at
+    # most twice, 30 s apart.
     prompt = page.locator(CELLS).nth(setup_cell).locator(".jp-InputPrompt")
     for _ in range(2):
         try:
