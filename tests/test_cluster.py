@@ -14,7 +14,7 @@ from dplab.cluster.settings import Settings
 
 resolve = Settings.resolve
 
-from tests.support.processes import cluster_process_names, descendants, held_by_this_process, wait_until_gone
+from tests.support.processes import cluster_process_names, descendants, open_paths, wait_until_gone
 
 
 # -- settings and bad input: all raised before any process starts ---------------
@@ -196,12 +196,11 @@ def test_cluster_ranks_join_one_process_group_and_stop_cleanly():
         # the kernel holds its stack folder open while the cluster lives: a SLURM epilog
         # (tools/slurm/start.sh) removes only the folders nobody holds
         stacks = c.stacks_folder
-        assert stacks in held_by_this_process()
+        assert stacks in open_paths("self")
     assert not c.running
     assert wait_until_gone(descendants() - before) == set()
     assert cluster_process_names(cid) == []
-    assert not os.path.exists(stacks) and stacks not in held_by_this_process()
-
+    assert not os.path.exists(stacks) and stacks not in open_paths("self")
 
 
 def test_error_inside_with_block_still_stops_everything():

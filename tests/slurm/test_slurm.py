@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from dplab.cluster.handle import held_folder
 from tests.support.processes import SINGLETON, mpich_segments, segments_left, singleton_segment
 from tests.support.recipes import ROOT, check_training, environment, rank_lines, run
 from tests.support.slurm import IFACE, LIMIT_S, NODES, REASON, REQUIRED, SLURM_DIR, job_processes, jobs, sbatch
@@ -265,8 +266,7 @@ def test_the_epilog_removes_the_files_of_ranks_that_scancel_ended_and_keeps_live
     before = mpich_segments()
     other = subprocess.Popen([sys.executable, "-c", SINGLETON], stdout=subprocess.PIPE, text=True)
     out, job = tmp_path / "job.out", None
-    live = tempfile.mkdtemp(prefix="dplab-stacks-", dir="/tmp")
-    live_fd = os.open(live, os.O_RDONLY | os.O_DIRECTORY)  # as a live kernel holds its own
+    live, live_fd = held_folder("dplab-stacks-")  # as a live kernel holds its own
     dead = tempfile.mkdtemp(prefix="dplab-stacks-", dir="/tmp")
     Path(dead, "rank0.txt").write_text("a killed job's rank's stack\n")
     try:

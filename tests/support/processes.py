@@ -136,12 +136,13 @@ def lab_processes() -> dict[int, str]:
     return found
 
 
-def held_by_this_process() -> set[str]:
-    """What this process's open file descriptors point to (their /proc links)."""
+def open_paths(pid: str = "[0-9]*") -> set[str]:
+    """What the open file descriptors of the processes `pid` names point to, folders included
+    (psutil's open_files lists regular files only): every process by default, "self" for this one."""
     found = set()
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):  # the descriptor listdir itself used, closed since
-            found.add(os.readlink(f"/proc/self/fd/{fd}"))
+    for link in Path("/proc").glob(f"{pid}/fd/*"):
+        with contextlib.suppress(OSError):  # the process or descriptor went meanwhile
+            found.add(os.readlink(link))
     return found
 
 
@@ -154,9 +155,6 @@ def stack_folders() -> set[str]:
 def unheld(folders: set[str]) -> list[str]:
     """Those of `folders` still there that no process holds open (a file in them, or the folder
     itself): as the epilog tells a live cluster's folder from a dead one's."""
-    targets = set()
-    for link in Path("/proc").glob("[0-9]*/fd/*"):
-        with contextlib.suppress(OSError):  # the process or descriptor went meanwhile
-            targets.add(os.readlink(link))
+    targets = open_paths()
     return sorted(f for f in folders if os.path.isdir(f)
                   and not any(t == f or t.startswith(f + "/") for t in targets))
