@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BOX_CHARS = 93  # an output box or a listing in the content column
 BOXED_CHARS = 84  # a listing inside an admonition, dropdown, exercise or solution
 WALL_LINES = 40  # a code cell shown unfolded and longer than this is a wall of code
+LAB_CODE_LINES = 300  # a lab shows at most this many lines of code unfolded (issue 60)
 TEXT_LEXERS = ("text", "none", "myst-ansi", "ipythontb", "console", "output")
 
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,}|:{3,})\s*(.*)$")

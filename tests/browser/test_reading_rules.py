@@ -2,6 +2,8 @@
 
 - No code cell the reader sees has more than WALL_LINES lines: a cell whose input is folded
   (tag hide-input: a <details> around it) or removed does not count.
+- No lab shows more than LAB_CODE_LINES lines of code in all, blank lines included: what stays
+  unfolded is the code the lab teaches and short calls to its checks (issue 60).
 - Every chapter shows a figure before its first display equation, and opens with a
   "You will be able to" box.
 - Every plot a lab draws sits in a figure with a caption.
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 from bs4 import BeautifulSoup
 
-from booktools.pages import WALL_LINES
+from booktools.pages import LAB_CODE_LINES, WALL_LINES
 
 HTML = Path(__file__).resolve().parents[2] / "_build" / "html"
 #: The closing page, "How this book is checked", is the checking path itself, off the reading path.
@@ -35,17 +37,20 @@ def soup(page: Path) -> BeautifulSoup:
     return BeautifulSoup(page.read_text(), "html.parser")
 
 
-def walls(doc: BeautifulSoup) -> list[str]:
-    """The code cells a reader sees unfolded that are longer than WALL_LINES lines."""
-    found = []
+def shown_code(doc: BeautifulSoup) -> list[list[str]]:
+    """The lines of each code cell a reader sees unfolded."""
+    cells = []
     for cell in doc.select("div.cell_input"):
         if cell.find_parent("details"):
             continue  # folded: the reader opens it on purpose
         pre = cell.find("pre")
-        lines = pre.get_text().rstrip("\n").split("\n") if pre else []
-        if len(lines) > WALL_LINES:
-            found.append(f"{len(lines)} lines: {lines[0][:60]!r}")
-    return found
+        cells.append(pre.get_text().rstrip("\n").split("\n") if pre else [])
+    return cells
+
+
+def walls(doc: BeautifulSoup) -> list[str]:
+    """The code cells a reader sees unfolded that are longer than WALL_LINES lines."""
+    return [f"{len(lines)} lines: {lines[0][:60]!r}" for lines in shown_code(doc) if len(lines) > WALL_LINES]
 
 
 def figure_before_math(doc: BeautifulSoup) -> str | None:
@@ -129,6 +134,14 @@ def test_no_visible_code_cell_is_a_wall(page):
     assert walls(soup(page)) == [], f"{page.name}: code cells longer than {WALL_LINES} lines shown unfolded"
 
 
+@pytest.mark.parametrize("page", pages("labs"), ids=lambda p: p.stem)
+def test_no_lab_shows_more_than_its_share_of_code(page):
+    shown = sum(map(len, shown_code(soup(page))))
+    assert shown <= LAB_CODE_LINES, (f"{page.name} shows {shown} lines of code unfolded (at most "
+                                     f"{LAB_CODE_LINES}): fold the checks, harnesses and plotting "
+                                     "(tag hide-input) or move them into dplab")
+
+
 @pytest.mark.parametrize("page", [p for p in pages("chapters") if p.stem not in REFERENCE],
                          ids=lambda p: p.stem)
 def test_chapter_shows_a_figure_before_its_first_equation_and_opens_with_its_outcomes(page):
@@ -158,6 +171,7 @@ def test_the_rules_catch_what_they_look_for():
         <div class="cell"><div class="cell_input"><pre>{wall}</pre></div>
         <div class="cell_output"><img src="plot.png"></div></div></article>""", "html.parser")
     assert walls(bad) and figure_before_math(bad) and not opens_with_outcomes(bad)
+    assert sum(map(len, shown_code(bad))) == WALL_LINES + 1
     assert uncaptioned_plots(bad) == ["plot.png"]
     good = BeautifulSoup(f"""<article><h1>T</h1><div class="admonition tip"><p>You will be able to</p></div>
         <figure><img src="a.png"></figure><div class="math">$$x$$</div><h2>S</h2>
@@ -165,6 +179,7 @@ def test_the_rules_catch_what_they_look_for():
         <div class="cell_output"><figure><img src="plot.png"><figcaption>Notice.</figcaption></figure>
         </div></div></article>""", "html.parser")
     assert not walls(good) and figure_before_math(good) is None and opens_with_outcomes(good)
+    assert shown_code(good) == []
     assert uncaptioned_plots(good) == []
     talk = BeautifulSoup("""<article><p>This cell's output is not compared by nbval in CI.</p>
         <div class="cell"><div class="cell_input"><pre>#| export: formulas</pre></div></div>
