@@ -15,8 +15,10 @@ quantity at all. What is not a quantity is recognised by rule (`structural`), ne
 
 Everything else must be glued, tied to its constant (lab markdown cannot glue: JupyterLab shows
 a {glue} role raw, so a lab ties the phrase to an expression in its facts, booktools.labs
-`Lab.tied`), or sit on the short `ALLOWED` list with its reason. A lab states no run time of
-its own ("About N minutes", `LAB_TIME`): a rerun a few seconds longer would flip its rounding.
+`Lab.tied`), or sit on the short `ALLOWED` list with its reason. A lab states no rounded run
+time of its own ("About N minutes", `LAB_TIME`): a rerun a few seconds longer would flip its
+rounding. It opens with its reading time and a bound on its running time, "under N minutes",
+N = `lab_run_bound` (the stored run's minutes times RUN_HEADROOM, rounded up), both tied.
 The landing page glues each lab's time from lab_times.json.
 
 Code comments (the labs' code cells and the chapters' code-cell blocks) follow the same rules, and
@@ -99,15 +101,34 @@ def lab_minutes(lab: str, root: Path = ROOT) -> float:
     return times["labs"][lab] / 60
 
 
+#: A lab's opening bounds its running time by its stored run's times this, rounded up to whole
+#: minutes: a learner's machine may be slower than the one that stored it, and a rerun a little
+#: slower keeps the bound.
+RUN_HEADROOM = 1.5
+
+
+def lab_run_bound(lab: str, root: Path = ROOT) -> int:
+    """The whole minutes a lab's opening says it runs in, at most (RUN_HEADROOM)."""
+    return math.ceil(RUN_HEADROOM * lab_minutes(lab, root))
+
+
+def lab_read_minutes(lab: str, root: Path = ROOT) -> int:
+    """The minutes a lab's prose takes to read (booktools.reading), rounded."""
+    from booktools.reading import minutes
+
+    return round(minutes(page_at(root / "labs" / f"{lab}.ipynb", root)))
+
+
 def evaluate(expression: str):
-    """Evaluate a tied expression with math, the labcode modules, dplab.models, dplab.cluster.flight
-    and lab_minutes in scope."""
+    """Evaluate a tied expression with math, the labcode modules, dplab.models, dplab.cluster.flight,
+    lab_minutes, lab_run_bound and lab_read_minutes in scope."""
     import importlib
 
     import dplab.cluster.flight
     import dplab.models
 
-    scope = {"math": math, "lab_minutes": lab_minutes, "models": dplab.models, "flight": dplab.cluster.flight}
+    scope = {"math": math, "lab_minutes": lab_minutes, "lab_run_bound": lab_run_bound,
+             "lab_read_minutes": lab_read_minutes, "models": dplab.models, "flight": dplab.cluster.flight}
     for name in ("allreduce", "costmodel", "overlap", "sharding", "stragglers", "transformer"):
         scope[name] = importlib.import_module(f"labcode.{name}")
     return eval(expression, scope)  # noqa: S307 (expressions of the labs' own metadata)

@@ -135,3 +135,30 @@ def scan_comments(tmp_path: Path, code: str) -> list[str]:
 ])
 def test_the_comment_scan_flags_typed_numbers_and_nothing_else(tmp_path, code, flagged):
     assert scan_comments(tmp_path, code) == flagged
+
+
+def test_every_lab_opens_with_its_reading_and_running_time():
+    """Issue 60: a lab's opening says how long it takes to read and to run, tied to
+    booktools.reading and lab_times.json (lab_read_minutes, lab_run_bound), so a page that grows
+    or a lab that slows past its bound fails test_a_tied_number_equals_its_constant."""
+    from booktools.labs import labs
+    from booktools.pages import page_at
+
+    for lab in labs():
+        opening = next((line.text for line in page_at(lab.path).prose if "minutes to read" in line.text), "")
+        m = re.search(r"(\d+) minutes to read(?:,| and) under (\d+) minutes? to run", opening)
+        assert m, f"{lab.name}: its opening does not say how long it takes to read and to run"
+        holds = [h for phrase, h in lab.tied if re.search(phrase, opening)]
+        assert holds == [f"lab_read_minutes({lab.stem!r}) == {m[1]} and lab_run_bound({lab.stem!r}) == {m[2]}"], \
+            f"{lab.name}: its times are not tied to lab_read_minutes and lab_run_bound"
+
+
+def test_a_lab_whose_opening_times_are_wrong_fails_its_tie():
+    """The broken variant: a reading time one minute off, and a bound a run outgrew."""
+    from booktools.labs import labs
+
+    lab = labs()[4]
+    read, bound = pn.lab_read_minutes(lab.stem), pn.lab_run_bound(lab.stem)
+    assert pn.evaluate(f"lab_read_minutes({lab.stem!r}) == {read}") is True
+    assert pn.evaluate(f"lab_read_minutes({lab.stem!r}) == {read + 1}") is False
+    assert pn.evaluate(f"lab_run_bound({lab.stem!r}) == {bound - 1}") is False
