@@ -7,7 +7,6 @@
       "mistakes": {"name": {"cell": grade_id, "old": text, "new": text,
                             "fails": [grade_id, ...]}},
                                                    plausible mistakes, and the checks each fails
-      "previewed_by": {"chapters/x": "why"},       pages before the lab that run its code
       "tied": [{"phrase": regex, "holds": expression}]
                                                    numbers the lab's prose restates from code
       "proves": "MyST text"                        what the lab proves: its row of the landing
@@ -27,7 +26,7 @@ from pathlib import Path
 
 from booktools.pages import ROOT, toc
 
-KEYS = ("reads", "depends", "mistakes", "previewed_by", "tied", "proves")
+KEYS = ("reads", "depends", "mistakes", "tied", "proves")
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,6 @@ class Lab:
     reads: tuple[str, ...] = ()
     depends: dict[str, str] = field(default_factory=dict)
     mistakes: tuple[Mistake, ...] = ()
-    previewed_by: dict[str, str] = field(default_factory=dict)
     tied: tuple[tuple[str, str], ...] = ()
     proves: str = ""
 
@@ -88,7 +86,7 @@ def facts(path: Path) -> Lab:
     except (KeyError, TypeError) as e:
         raise ValueError(f"{Path(path).name}: a malformed mistake or tied entry in its metadata ({e})")
     return Lab(Path(path), tuple(meta.get("reads", [])), dict(meta.get("depends", {})), mistakes,
-               dict(meta.get("previewed_by", {})), tied, str(meta.get("proves", "")).strip())
+               tied, str(meta.get("proves", "")).strip())
 
 
 def labs(root: Path = ROOT) -> list[Lab]:

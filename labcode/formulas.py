@@ -58,7 +58,7 @@ def best_slice_count(n: float, p: int, alpha: float, beta: float) -> float:
 # From chapters/allreduce_algorithms.md, section "Chunking, pipelining and switching algorithms".
 def ring_tree_crossover_bytes(p: int, alpha: float, beta: float) -> float:
     """Message size at which ring and binomial-tree all-reduce take equally long."""
-    L = cm.log2_ceil(p)
+    L = (p - 1).bit_length()  # ⌈log2 p⌉
     return (2 * (p - 1) - 2 * L) * alpha / ((2 * L - 2 * (p - 1) / p) * beta)
 
 

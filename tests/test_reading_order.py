@@ -1,6 +1,6 @@
 """Reading order: a page uses only the labcode that earlier pages wrote (d2l's forward-only
-order), except a preview a lab's facts name (`Lab.previewed_by`), which its page announces.
-Checked on a broken variant too."""
+order), with no exception (issue 60 emptied the list of previews: a chapter that needs a later
+lab's numbers states the formula or draws the figure). Checked on a broken variant too."""
 from __future__ import annotations
 
 import ast
@@ -8,16 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from booktools.labs import labs
 from booktools.pages import ROOT, as_python, toc
-
-
-def previews(root: Path = ROOT) -> dict[tuple[str, str], str]:
-    """(page, the later lab it uses) -> why, from each lab's facts (booktools.labs,
-    `Lab.previewed_by`). A chapter may run the code of a lab placed after it where the preview
-    is deliberate: the chapter's numbers then come from the code that the learner writes later;
-    the page says so in a paragraph that names the lab with {ref} and the words "ahead of"."""
-    return {(page, f"labs/{lab.stem}"): why for lab in labs(root) for page, why in lab.previewed_by.items()}
 
 
 def labcode_writers(root: Path = ROOT) -> dict[tuple[str, str], str]:
@@ -49,9 +40,9 @@ def labcode_uses(root: Path = ROOT) -> dict[str, set[tuple[str, str, str]]]:
     """page -> (module, name, where) for every labcode name the page's code cells use."""
     found: dict[str, set[tuple[str, str, str]]] = {}
     for page in toc(root):
+        aliases = {}  # a page's kernel keeps an alias from the cell that imports it on
         for cell in page.code_cells:
             tree = ast.parse(as_python(cell.source))
-            aliases = {}
             for node in ast.walk(tree):
                 if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("labcode"):
                     for a in node.names:
@@ -70,12 +61,9 @@ def labcode_uses(root: Path = ROOT) -> dict[str, set[tuple[str, str, str]]]:
     return found
 
 
-def reading_order_breaks(root: Path = ROOT, allowed: dict | None = None) -> list[str]:
-    """Every use of a labcode name that a later page writes, outside the `allowed` previews
-    (default: the labs' own); and every preview whose page does not say so."""
-    allowed = previews(root) if allowed is None else allowed
-    pages = {page.name: page for page in toc(root)}
-    order = list(pages)
+def reading_order_breaks(root: Path = ROOT) -> list[str]:
+    """Every use of a labcode name that no page, or a later page, writes."""
+    order = [page.name for page in toc(root)]
     position = {page: i for i, page in enumerate(order)}
     writers, uses = labcode_writers(root), labcode_uses(root)
     breaks = []
@@ -84,14 +72,9 @@ def reading_order_breaks(root: Path = ROOT, allowed: dict | None = None) -> list
             writer = writers.get((module, name))
             if writer is None:
                 breaks.append(f"{page} {where}: labcode.{module}.{name} is written by no page")
-            elif position[writer] > position[page] and (page, writer) not in allowed:
+            elif position[writer] > position[page]:
                 breaks.append(f"{page} {where}: labcode.{module}.{name} comes from {writer}, "
                               "later in _toc.yml")
-    for page, writer in allowed:
-        label = "lab-" + str(int(Path(writer).name[:2]))
-        if not any(f"{{ref}}`{label}`" in p and "ahead of" in p for p in pages[page].paragraphs):
-            breaks.append(f"{page}: uses {writer} ahead of it, but no paragraph says so "
-                          f"(name {{ref}}`{label}` and say 'ahead of')")
     return breaks
 
 
@@ -100,15 +83,8 @@ def test_a_page_uses_only_labcode_that_earlier_pages_wrote():
     assert breaks == [], "\n".join(breaks)
 
 
-def test_every_preview_is_used():
-    writers = labcode_writers()
-    used = {(page, writers.get((m, n))) for page, uses in labcode_uses().items() for m, n, _ in uses}
-    assert set(previews()) <= used, set(previews()) - used
-
-
 def test_the_reading_order_test_catches_a_page_that_imports_from_a_later_lab(tmp_path):
-    """The broken variant: Lab 1 importing Lab 4's reverse_buckets, and a preview whose
-    page stopped saying so."""
+    """The broken variant: Lab 1 importing Lab 4's reverse_buckets."""
     import shutil
 
     for part in ("chapters", "labs", "labcode"):
@@ -120,12 +96,27 @@ def test_the_reading_order_test_catches_a_page_that_imports_from_a_later_lab(tmp
     lab["cells"].append({"cell_type": "code", "source": ["from labcode.overlap import reverse_buckets\n"],
                          "metadata": {}, "outputs": [], "execution_count": None})
     path.write_text(json.dumps(lab))
-    breaks = reading_order_breaks(tmp_path, allowed={})
-    assert any(b.startswith("labs/01_single_device cell") and "reverse_buckets" in b
-               and "labs/04_ddp" in b for b in breaks), breaks
-    assert any(b.startswith("chapters/sharding ") for b in breaks), breaks
-    silent = previews(tmp_path)
-    silent[("chapters/collectives", "labs/02_data_parallel_by_hand")] = "a preview nobody wrote"
-    assert "chapters/collectives: uses labs/02_data_parallel_by_hand ahead of it, but no " \
-           "paragraph says so (name {ref}`lab-2` and say 'ahead of')" in reading_order_breaks(
-               tmp_path, allowed=silent)
+    breaks = reading_order_breaks(tmp_path)
+    assert [b for b in breaks if "reverse_buckets" in b] == [
+        f"labs/01_single_device cell {len(lab['cells']) - 1}: labcode.overlap.reverse_buckets comes from "
+        "labs/04_ddp, later in _toc.yml"], breaks
+
+
+def test_an_alias_imported_in_one_cell_is_followed_into_the_next(tmp_path):
+    """The broken variant the test missed until issue 60: `import labcode.costmodel as cm` in one
+    cell of Lab 1 and `cm.log2_ceil` in a later one (Lab 3 writes it)."""
+    import shutil
+
+    for part in ("chapters", "labs", "labcode"):
+        shutil.copytree(ROOT / part, tmp_path / part)
+    for name in ("_toc.yml", "intro.md"):
+        shutil.copy(ROOT / name, tmp_path)
+    path = tmp_path / "labs" / "01_single_device.ipynb"
+    lab = json.loads(path.read_text())
+    for source in ("import labcode.costmodel as cm\n", "L = cm.log2_ceil(8)\n"):
+        lab["cells"].append({"cell_type": "code", "source": [source], "metadata": {}, "outputs": [],
+                             "execution_count": None})
+    path.write_text(json.dumps(lab))
+    assert [b for b in reading_order_breaks(tmp_path) if "log2_ceil" in b] == [
+        f"labs/01_single_device cell {len(lab['cells']) - 1}: labcode.costmodel.log2_ceil comes from "
+        "labs/03_allreduce_algorithms, later in _toc.yml"]

@@ -8,9 +8,14 @@
   chapter's Rabenseifner all-reduce (labcode.formulas), one panel per round.
 - costs.svg: naive, tree, ring and Rabenseifner against n, from the lab's cost model, with the
   chapter's ring-tree crossover (labcode.formulas).
+- hierarchical.svg: the chapter's three steps of a hierarchical all-reduce on HIER_NODES nodes
+  of HIER_LOCAL ranks, played on sets of ranks, and which chunks each rank then holds.
+- pipeline.svg: n bytes down a chain of PIPE_P ranks, whole or in PIPE_K slices, each message
+  a box of α then its bytes; it ends when the chapter's pipelined_chain_time says.
 
-The schedules are not drawn from a description: the script runs the all-reduces on threads (`dplab.localcomm.run_ranks`) through a communicator that records
-every message, so the pictures are the lab's real schedules.
+The tree, ring, recursive doubling and Rabenseifner schedules are not drawn from a description:
+the script runs the all-reduces on threads (`dplab.localcomm.run_ranks`) through a communicator
+that records every message, so the pictures are the real schedules.
 
 Run from the repository root: .venv/bin/python img/allreduce/make_figures.py
 (tests/test_figures.py fails while a stored figure differs from what this script draws).
@@ -39,6 +44,11 @@ P = 4        # ranks in the ring, recursive doubling and Rabenseifner figures (t
              # chapter reads this line)
 P_TREE = 8   # ranks in the tree figure (the chapter reads this line)
 P_COST = 64  # ranks in the cost curves: the chapter's InfiniBand job (it checks this line)
+HIER_NODES = 2  # nodes in the hierarchical figure (the chapter reads this line)
+HIER_LOCAL = 2  # ranks per node in the hierarchical figure (the chapter reads this line)
+PIPE_P = 4   # ranks in the pipeline figure's chain (the chapter reads this line)
+PIPE_K = 3   # slices in the pipeline figure (the chapter reads this line)
+PIPE_ALPHA = 0.12  # α in the pipeline figure, in units of nβ: visible, not measured
 FONT = 8     # points: the smallest text the book allows
 
 
@@ -192,15 +202,15 @@ def tree_figure():
     return fig
 
 
-def rank_box(ax, x: float, y: float, r: int, counts: np.ndarray, p: int) -> None:
-    """Rank r at (x, y) with its p chunks: shaded by how many ranks' values each holds,
-    solid and bold once it holds all p."""
+def rank_box(ax, x: float, y: float, r: int, counts, p: int) -> None:
+    """Rank r at (x, y) with its chunks: shaded by how many of the p ranks' values each
+    holds, solid and bold once it holds all p."""
     w = 0.22
     ax.text(x, y + w / 2 + 0.04, f"rank {r}", ha="center", va="bottom", fontsize=FONT)
     cmap = plt.get_cmap("Blues")
     for c, k in enumerate(counts):
         full = k == p
-        cx = x + (c - p / 2) * w
+        cx = x + (c - len(counts) / 2) * w
         ax.add_patch(Rectangle((cx, y - w / 2), w, w, lw=0.6, ec="0.3",
                                fc=PALETTE[0] if full else cmap(0.08 + 0.45 * k / p)))
         ax.text(cx + w / 2, y, str(c), ha="center", va="center", fontsize=FONT,
@@ -321,6 +331,111 @@ def costs_figure():
     return fig
 
 
+Message3 = tuple[int, int, int]  # sender, receiver, chunk
+
+
+def hierarchical_steps(nodes: int, local: int) -> list[tuple[str, list[Message3], bool]]:
+    """The chapter's hierarchical all-reduce on two nodes of two ranks, numbered node after
+    node: per step its title, its messages (sender, receiver, chunk) and whether receivers
+    add (else copy). Local rank l reduces chunk l."""
+    assert nodes == local == 2, "each step is one swap between two partners"
+    p = nodes * local
+    inside = [(r, r ^ 1, (r ^ 1) % local) for r in range(p)]   # send the partner's chunk
+    across = [(r, (r + local) % p, r % local) for r in range(p)]  # chunk l, to the other node
+    gather = [(r, r ^ 1, r % local) for r in range(p)]            # own chunk, to the partner
+    return [("1. reduce-scatter in node", inside, True),
+            ("2. all-reduce across nodes", across, True),
+            ("3. all-gather in node", gather, False)]
+
+
+def hierarchical_figure():
+    """The chapter's three steps on HIER_NODES nodes of HIER_LOCAL ranks, one panel each:
+    in-node messages inside the node boxes, the slow cross-node ones between them."""
+    nodes, local = HIER_NODES, HIER_LOCAL
+    p = nodes * local
+    held = [[{r} for _ in range(local)] for r in range(p)]  # ranks whose values chunk c holds
+    steps = hierarchical_steps(nodes, local)
+    crossing = [m for _, messages, _ in steps for m in messages if m[0] // local != m[1] // local]
+    for k in range(nodes):  # each node sends the chapter's bytes out (n = 1, chunks of 1/L)
+        out = sum(1 / local for src, _, _ in crossing if src // local == k)
+        assert np.isclose(out, lf.node_bytes_hierarchical(1.0, nodes))
+    fig, axes = plt.subplots(1, len(steps), figsize=(6.0, 2.1))
+    where = {r: ((-0.62, 0.62)[r % local], (0.55, -0.55)[r // local]) for r in range(p)}
+    for ax, (title, messages, adds) in zip(axes, steps):
+        sent = {(src, dst): [set(s) for s in held[src]] for src, dst, _ in messages}
+        for src, dst, c in messages:  # every message leaves before any arrives
+            payload = sent[src, dst][c]
+            if adds:
+                assert not payload & held[dst][c]  # no rank's value counted twice
+                held[dst][c] = held[dst][c] | payload
+            else:
+                held[dst][c] = set(payload)
+        ax.set_title(title, fontsize=FONT + 1)
+        for k in range(nodes):
+            y = (0.55, -0.55)[k]
+            ax.add_patch(Rectangle((-1.3, y - 0.34), 2.6, 0.7, fc="0.96", ec="0.6", lw=0.8,
+                                   ls="--"))
+            ax.text(-1.25, y - 0.31, f"node {k}", fontsize=FONT, color="0.4", va="bottom")
+        for r, (x, y) in where.items():
+            rank_box(ax, x, y, r, [len(s) for s in held[r]], p)
+        for src, dst, c in messages:
+            (x0, y0), (x1, y1) = where[src], where[dst]
+            if y0 == y1:  # inside a node: rightwards above, leftwards below
+                s = np.sign(x1 - x0)
+                a, b = (x0 + s * 0.26, y0 + s * 0.05), (x1 - s * 0.26, y1 + s * 0.05)
+                color, at = PALETTE[1], (0, y0 + s * 0.08)
+                ha, va = "center", "bottom" if s > 0 else "top"
+            else:         # across: downwards on the left of the rank, upwards on its right
+                s = np.sign(y1 - y0)
+                dx = 0.08 * s
+                a, b = (x0 + dx, y0 - 0.14 if s < 0 else y0 + 0.3), \
+                    (x1 + dx, y1 + 0.3 if s < 0 else y1 - 0.14)
+                color, at = PALETTE[3], (x0 + 2 * dx, 0.08)
+                ha, va = "left" if s > 0 else "right", "center"
+            ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=9, lw=1.2,
+                                         color=color, shrinkA=0, shrinkB=0))
+            ax.text(*at, str(c), fontsize=FONT, color=color, ha=ha, va=va)
+        ax.set_xlim(-1.35, 1.35)
+        ax.set_ylim(-0.92, 0.92)
+        ax.set_aspect("equal")
+        ax.axis("off")
+    assert all(s == set(range(p)) for chunks in held for s in chunks)  # an all-reduce
+    return fig
+
+
+def pipeline_figure():
+    """n bytes down a chain of PIPE_P ranks: whole (above) and in PIPE_K slices (below), one
+    row per link; each message a box of α (grey) then its bytes, n β = 1."""
+    p, alpha = PIPE_P, PIPE_ALPHA
+    fig, axes = plt.subplots(2, 1, figsize=(5.0, 2.8), sharex=True)
+    for ax, k in zip(axes, (1, PIPE_K)):
+        step = alpha + 1 / k
+        for link in range(p - 1):
+            for j in range(k):  # slice j crosses link i in step i + j
+                t = (link + j) * step
+                ax.add_patch(Rectangle((t, link - 0.35), alpha, 0.7, fc="0.8", ec="none"))
+                ax.add_patch(Rectangle((t + alpha, link - 0.35), 1 / k, 0.7, fc=PALETTE[j],
+                                       ec="white", lw=0.8))
+                if k > 1:
+                    ax.text(t + alpha + 0.5 / k, link, str(j + 1), ha="center",
+                            va="center", fontsize=FONT, color="white")
+        end = (p - 2 + k) * step
+        assert np.isclose(end, lf.pipelined_chain_time(1.0, p, k, alpha, 1.0))
+        ax.axvline(end, color="0.3", lw=0.8)
+        ax.text(end + 0.05, p - 2, f"{p - 2 + k} steps of α + nβ/{k}" if k > 1 else
+                f"{p - 1} steps of α + nβ", fontsize=FONT, va="center")
+        ax.set_yticks(range(p - 1), [f"{i} → {i + 1}" for i in range(p - 1)],
+                      fontsize=FONT)
+        ax.set_ylim(p - 1.6, -0.6)
+        ax.set_ylabel("link", fontsize=FONT)
+        ax.set_title("sent whole" if k == 1 else f"cut into k = {k} slices",
+                     fontsize=FONT + 1)
+        ax.grid(False)
+    axes[1].set_xlim(0, (p - 1) * (alpha + 1) + 1.0)
+    axes[1].set_xlabel("time, in units of nβ")
+    return fig
+
+
 def figures() -> dict[str, bytes]:
     """Every figure of the chapter: file name -> SVG bytes."""
     use_book_style()
@@ -329,7 +444,9 @@ def figures() -> dict[str, bytes]:
             "ring_steps.svg": svg_bytes(ring_figure()),
             "recursive_doubling.svg": svg_bytes(recursive_doubling_figure()),
             "rabenseifner.svg": svg_bytes(rabenseifner_figure()),
-            "costs.svg": svg_bytes(costs_figure())}
+            "costs.svg": svg_bytes(costs_figure()),
+            "hierarchical.svg": svg_bytes(hierarchical_figure()),
+            "pipeline.svg": svg_bytes(pipeline_figure())}
 
 
 def main() -> None:

@@ -1,6 +1,8 @@
 """Draw the DDP chapters' figures: img/ddp/ddp_run.svg and sampler.svg ("Using DDP"), and
-img/ddp/overlap_timeline.svg, no_sync.svg and profiled_step.svg ("Inside DDP").
+img/ddp/buckets.svg, overlap_timeline.svg, no_sync.svg and profiled_step.svg ("Inside DDP").
 
+buckets.svg cuts Lab 4's wide MLP into buckets with Lab 4's own reverse_buckets (a figure
+script may use a later lab's code; the chapter checks the same rule against DDP itself).
 ddp_run.svg reads chapters/ddp_train.py, the script that "Using DDP" lists, for the line of
 each call it shows; overlap_timeline.svg and no_sync.svg take every start and end from the
 step-time formula of "Inside DDP", labcode.formulas.overlap_step_time; sampler.svg shows the
@@ -27,7 +29,9 @@ from matplotlib.patches import FancyBboxPatch, Rectangle
 from dplab.plots import PALETTE, svg_bytes, write_figures, use_book_style
 from torch.utils.data import DistributedSampler
 
+from dplab.models import mlp
 from labcode.formulas import overlap_step_time
+from labcode.overlap import WIDE_MLP, reverse_buckets
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE.parents[1] / "chapters" / "ddp_train.py"
@@ -126,6 +130,68 @@ def ddp_run() -> plt.Figure:
     ax.legend(handles, ["each rank on its own", "all ranks together (a collective)",
                         "rank 0 only"], loc="lower center", ncol=3, fontsize=FONT,
               frameon=False, bbox_to_anchor=(0.5, 0.0))
+    return fig
+
+
+# ---------------------------------------------------------------------------------------
+# buckets.svg: how the wide MLP of "Inside DDP" (Lab 4's WIDE_MLP) falls into buckets, last
+# parameter first, at each cap of BUCKET_CAPS (MiB), by Lab 4's reverse_buckets.
+BUCKET_CAPS = (5, 25)
+
+
+def bucket_tensors(cap_mib: float) -> list[list[tuple[str, float]]]:
+    """Each bucket's tensors as (name, MiB), in the order DDP fills them: Wi and bi are
+    layer i's weight and bias."""
+    model = mlp(sizes=WIDE_MLP)
+    names, layer = {}, 0
+    for name, q in model.named_parameters():
+        weight = name.endswith("weight")
+        layer += weight
+        names[id(q)] = f"{'W' if weight else 'b'}{layer}"
+    buckets = reverse_buckets(model.parameters(), cap_mib * 2**20)
+    assert sum(len(b) for b in buckets) == len(names)
+    return [[(names[id(q)], q.numel() * q.element_size() / 2**20) for q in b] for b in buckets]
+
+
+def buckets_figure() -> plt.Figure:
+    fig, axes = plt.subplots(len(BUCKET_CAPS), 1, figsize=(7.0, 1.25 * len(BUCKET_CAPS) + 0.4),
+                             sharex=True)
+    for ax, cap in zip(axes, BUCKET_CAPS):
+        buckets = bucket_tensors(cap)
+        x = 0.0
+        for k, bucket in enumerate(buckets):
+            col, start = PALETTE[k % len(PALETTE)], x
+            for name, mib in bucket:
+                ax.broken_barh([(x, mib)], (0, 1), facecolors=col + "66", edgecolors=col,
+                               linewidth=0.8)
+                if mib >= 2:
+                    ax.text(x + mib / 2, 0.5, name, ha="center", va="center", fontsize=FONT)
+                x += mib
+            size = x - start
+            ax.text((start + x) / 2, 1.12, f"bucket {k + 1}: {size:.1f} MiB", ha="center",
+                    va="bottom", fontsize=FONT)
+            if size >= cap:  # closed by the tensor that took it to the cap
+                ax.annotate("", xy=(start + cap, -0.22), xytext=(start, -0.22),
+                            arrowprops=dict(arrowstyle="|-|", color="0.3", lw=0.8,
+                                            mutation_scale=3, shrinkA=0, shrinkB=0))
+                ax.text(start + cap / 2, -0.3, "cap", ha="center", va="top",
+                        fontsize=FONT, color="0.3")
+            else:        # the gradients ran out first
+                ax.text((start + x) / 2, -0.3, "the rest, under the cap", ha="center",
+                        va="top", fontsize=FONT, color="0.3")
+        ax.set_title(f"bucket_cap_mb = {cap}: {len(buckets)} buckets", fontsize=FONT + 1,
+                     loc="left", pad=14)
+        ax.set_ylim(-0.75, 1.1)
+        ax.set_yticks([])
+        ax.set_xlim(0, x)
+        ax.tick_params(axis="x", labelsize=FONT)
+        ax.grid(visible=False)
+        for side in ("left", "right", "top", "bottom"):
+            ax.spines[side].set_visible(side == "bottom" and ax is axes[-1])
+        if ax is not axes[-1]:
+            ax.tick_params(axis="x", length=0)
+    axes[-1].set_xlabel("MiB of gradients, in the order backward produces them: the output "
+                        "layer's (W11, b11) first", fontsize=FONT)
     return fig
 
 
@@ -376,6 +442,7 @@ def figures() -> dict[str, bytes]:
     """File name -> SVG bytes of every figure of the two DDP chapters."""
     use_book_style()
     return {"ddp_run.svg": svg_bytes(ddp_run()),
+            "buckets.svg": svg_bytes(buckets_figure()),
             "overlap_timeline.svg": svg_bytes(overlap_timeline()),
             "no_sync.svg": svg_bytes(no_sync_timeline()),
             "sampler.svg": svg_bytes(sampler_figure()),

@@ -6,10 +6,15 @@ changes optimisation"). Its draws are those of the chapter's first cell: the sam
 sizes, number of draws and generator seed. It computes in float64, so that no value crosses
 a rounding of the SVG with the order of additions, which differs between machines.
 
+noam.svg: the Noam schedule (section "Warm-up and the Noam schedule") for the paper's setting
+and for Lab 6's, drawn with Lab 6's own `noam` and constants (labcode.transformer): a figure
+script may use a later lab's code, the chapter's cells may not.
+
 Run from the repository root: .venv/bin/python img/large_batch/make_figures.py
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib
@@ -23,6 +28,7 @@ import torch.nn.functional as F
 from dplab.data import load_mnist
 from dplab.models import mlp
 from dplab.plots import PALETTE, svg_bytes, write_figures, use_book_style
+from labcode.transformer import D_MODEL, NOAM_FACTOR, PAPER_D_MODEL, PAPER_WARMUP, WARMUP, noam
 
 HERE = Path(__file__).resolve().parent
 FONT = 8
@@ -91,10 +97,43 @@ def gradient_noise() -> plt.Figure:
     return fig
 
 
+# ---------------------------------------------------------------------------------------
+# noam.svg: the paper's setting and Lab 6's.
+NOAM_LAST_STEP = 20_000
+
+
+def noam_figure() -> plt.Figure:
+    settings = {f"d = {PAPER_D_MODEL}, w = {PAPER_WARMUP} (Vaswani et al.)":
+                    (PAPER_D_MODEL, PAPER_WARMUP, 1.0),
+                f"d = {D_MODEL}, w = {WARMUP}, f = {NOAM_FACTOR} (Lab 6)":
+                    (D_MODEL, WARMUP, NOAM_FACTOR)}
+    fig, ax = plt.subplots(figsize=(5.2, 3.3))
+    for (label, (d, w, f)), colour in zip(settings.items(), PALETTE):
+        # a log-spaced grid of steps, with the peak at w on it
+        steps = np.union1d(np.unique(np.geomspace(1, NOAM_LAST_STEP, 300).round()), [w])
+        rates = [noam(int(k), d, w, f) for k in steps]
+        peak = noam(w, d, w, f)
+        assert max(rates) == peak and math.isclose(noam(4 * w, d, w, f), peak / 2)
+        ax.plot(steps, rates, color=colour, label=label)
+        ax.plot([w], [peak], "o", color=colour, ms=4)
+        ax.annotate(f"peak {peak:.2g} at s = w", (w, peak), xytext=(-4, 5), ha="right",
+                    textcoords="offset points", fontsize=FONT, color=colour)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(1, NOAM_LAST_STEP)
+    ax.set_ylim(top=0.03)             # room for the labels above the peaks
+    ax.set_xlabel("optimizer step s", fontsize=FONT + 1)
+    ax.set_ylabel("learning rate", fontsize=FONT + 1)
+    ax.tick_params(labelsize=FONT)
+    ax.legend(fontsize=FONT, loc="lower center")
+    return fig
+
+
 def figures() -> dict[str, bytes]:
     """File name -> SVG bytes of every figure of the large-batch chapter."""
     use_book_style()
-    return {"gradient_noise.svg": svg_bytes(gradient_noise())}
+    return {"gradient_noise.svg": svg_bytes(gradient_noise()),
+            "noam.svg": svg_bytes(noam_figure())}
 
 
 def main() -> None:

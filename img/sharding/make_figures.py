@@ -1,8 +1,9 @@
 """Draw the sharding chapter's figures: what a rank holds under DDP and ZeRO; FSDP's timeline.
 
-Both are drawn from the chapter's own functions: `model_state_bytes` (labcode.sharding, Lab 7)
-for the bytes, `half_ring` (labcode.formulas, the chapter's traffic section) for the time of an
-all-gather or a reduce-scatter, with the α-β figures of dplab.hardware. The chapter glues its
+Both are drawn from the book's own functions: Lab 7's `model_state_bytes` (labcode.sharding;
+a figure script may use a later lab's code, and the chapter checks the drawing against its own
+eq-zero-memory) for the bytes, `half_ring` (labcode.formulas, the chapter's traffic section)
+for the time of an all-gather or a reduce-scatter, with the α-β figures of dplab.hardware. The chapter glues its
 worked numbers from this module's functions, so a caption cannot disagree with the drawing.
 Run from the repository root: .venv/bin/python img/sharding/make_figures.py
 """

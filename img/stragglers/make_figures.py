@@ -1,9 +1,10 @@
-"""Draw the stragglers chapter's figures: synchronous steps that wait; an asynchronous server.
+"""Draw the stragglers chapter's figures: synchronous steps that wait; one step with a backup
+worker; local SGD against averaging every step; an asynchronous server.
 
-Both use Lab 8's injected straggler (`straggler_delay`, labcode.stragglers, with the lab's seed:
-the delays the lab injects), and the server replays `ps_server`'s asynchronous rule in virtual
-time; its staleness is checked against the chapter's `staleness_total` (labcode.formulas).
-The chapter glues its worked numbers from this module's functions.
+All draw the chapter's straggler (`straggler_delay` below: each rank sleeps D with probability Q
+in a step, seeded by rank and step, the rule Lab 8 later writes and injects). The server replays
+Lab 8's asynchronous rule in virtual time; its staleness is checked against the chapter's
+`staleness_total` (labcode.formulas). The chapter glues its worked numbers from this module.
 Run from the repository root: .venv/bin/python img/stragglers/make_figures.py
 """
 from __future__ import annotations
@@ -13,19 +14,29 @@ from pathlib import Path
 from typing import NamedTuple
 
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.patches import Rectangle
 
 import labcode.costmodel as cm
 from dplab.models import gradient_bytes, mlp
 from dplab.plots import PALETTE, svg_bytes, write_figures, use_book_style
 from labcode.formulas import staleness_total
-from labcode.stragglers import straggler_delay
 
 HERE = Path(__file__).resolve().parent
 
+# --- The straggler ------------------------------------------------------------------------------
+Q = 0.1            # probability that a rank straggles in a step
+D = 0.030          # seconds that a straggling rank sleeps
+
+
+def straggler_delay(rank: int, step: int, q: float = Q, d: float = D, seed: int = 0) -> float:
+    """The sleep of `rank` in `step`: d with probability q, else 0, the same on every run."""
+    return d if np.random.default_rng([seed, rank, step]).random() < q else 0.0
+
+
 # --- Synchronous steps: everyone waits for the slowest rank --------------------------------
 P = 4              # ranks drawn (the chapter's P_FEW)
-STEPS = 6          # the first steps of Lab 8's injected straggler
+STEPS = 6          # the first steps of the straggler
 COMPUTE = 0.050    # seconds of compute per rank and step: an assumption for the drawing
 
 
@@ -34,40 +45,136 @@ def allreduce_seconds() -> float:
     return cm.cost("ring", gradient_bytes(mlp()), P).time(50e-6, 1 / 125e6)
 
 
-def sync_delays() -> list[list[float]]:
-    """delays[s][r]: what Lab 8 injects on rank r in step s (its seed, its q and d)."""
-    return [[straggler_delay(r, s) for r in range(P)] for s in range(STEPS)]
+def sync_delays(steps: int = STEPS) -> list[list[float]]:
+    """delays[s][r]: the straggler's sleep on rank r in step s."""
+    return [[straggler_delay(r, s) for r in range(P)] for s in range(steps)]
 
 
-def sync_figure():
-    delays, reduce = sync_delays(), allreduce_seconds()
-    fig, ax = plt.subplots(figsize=(7, 2.4))
-    t = 0.0
-    for s, row in enumerate(delays):
-        wait = max(row)
-        for r, d in enumerate(row):
-            y = P - 1 - r
-            parts = [(COMPUTE, PALETTE[0], None), (d, PALETTE[3], "////"),
-                     (wait - d, "0.9", None), (reduce, PALETTE[2], None)]
-            x = t
-            for width, colour, hatch in parts:
-                if width > 0:
-                    ax.add_patch(Rectangle((1e3 * x, y + 0.15), 1e3 * width, 0.7,
-                                           facecolor=colour, hatch=hatch, edgecolor="white",
-                                           lw=0.5))
-                x += width
-        label = f"step {s + 1}" + (f": +{1e3 * wait:.0f} ms" if wait > 0 else "")
-        ax.text(1e3 * (t + (COMPUTE + wait + reduce) / 2), P + 0.05, label, ha="center",
-                va="bottom", fontsize=8, color=PALETTE[3] if wait > 0 else "black")
-        t += COMPUTE + wait + reduce
-    ax.set_xlim(0, 1e3 * t)
-    ax.set_ylim(0, P + 0.5)
+def bar(ax, x, y, width, colour, hatch=None, **style):
+    """One phase of a rank's row: from x for width seconds, drawn in ms."""
+    if width > 1e-12:          # not a rounding error's sliver
+        ax.add_patch(Rectangle((1e3 * x, y + 0.15), 1e3 * width, 0.7, facecolor=colour,
+                               hatch=hatch, edgecolor=style.pop("edgecolor", "white"),
+                               lw=style.pop("lw", 0.5), **style))
+
+
+def rank_axis(ax, end, top=P + 0.5):
+    """Rows named by rank, time from 0 to `end` seconds."""
+    ax.set_xlim(0, 1e3 * end)
+    ax.set_ylim(0, top)
     ax.set_yticks([P - 1 - r + 0.5 for r in range(P)], [f"rank {r}" for r in range(P)],
                   fontsize=8)
     ax.tick_params(axis="y", length=0)
     ax.grid(False)
-    ax.set_xlabel("time (ms): compute (blue), the injected sleep (hatched), "
-                  "waiting (grey), all-reduce (green)", fontsize=8)
+
+
+def draw_sync(ax, delays, label) -> float:
+    """Synchronous steps: compute, sleep, wait for the slowest, all-reduce. Returns the end."""
+    reduce = allreduce_seconds()
+    t = 0.0
+    for s, row in enumerate(delays):
+        wait = max(row)
+        for r, d in enumerate(row):
+            x = t
+            for width, colour, hatch in [(COMPUTE, PALETTE[0], None),
+                                         (d, PALETTE[3], "////"), (wait - d, "0.9", None),
+                                         (reduce, PALETTE[2], None)]:
+                bar(ax, x, P - 1 - r, width, colour, hatch)
+                x += width
+        ax.text(1e3 * (t + (COMPUTE + wait + reduce) / 2), P + 0.05, label(s, wait),
+                ha="center", va="bottom", fontsize=8,
+                color=PALETTE[3] if wait > 0 else "black")
+        t += COMPUTE + wait + reduce
+    return t
+
+
+LEGEND = "compute (blue), the injected sleep (hatched), waiting (grey), "
+
+
+def sync_figure():
+    fig, ax = plt.subplots(figsize=(7, 2.4))
+    end = draw_sync(ax, sync_delays(), lambda s, wait: f"step {s + 1}"
+                    + (f": +{1e3 * wait:.0f} ms" if wait > 0 else ""))
+    rank_axis(ax, end)
+    ax.set_xlabel(f"time (ms): {LEGEND}all-reduce (green)", fontsize=8)
+    return fig
+
+
+# --- Backup workers: the step takes the first p - k gradients ----------------------------------
+BACKUP_K = 1       # backup workers: the gradients the step drops
+
+
+def backup_step(delays: list[float], k: int = BACKUP_K) -> tuple[float, list[int]]:
+    """One step's wait and the ranks it keeps: the p - k that finish first (lowest rank first)."""
+    kept = sorted(sorted(range(len(delays)), key=lambda r: delays[r])[:len(delays) - k])
+    return max(delays[r] for r in kept), kept
+
+
+def backup_figure():
+    """sync_delays()'s first step, without and with BACKUP_K backup workers."""
+    row, reduce = sync_delays()[0], allreduce_seconds()
+    fig, axes = plt.subplots(1, 2, figsize=(7, 2.1), sharex=True, sharey=True)
+    end = COMPUTE + max(row) + reduce
+    for ax, k in zip(axes, (0, BACKUP_K)):
+        wait, kept = backup_step(row, k)
+        for r, d in enumerate(row):
+            y = P - 1 - r
+            bar(ax, 0, y, COMPUTE, PALETTE[0])
+            if r in kept:
+                for x, width, colour, hatch in [(COMPUTE, d, PALETTE[3], "////"),
+                                                (COMPUTE + d, wait - d, "0.9", None),
+                                                (COMPUTE + wait, reduce, PALETTE[2], None)]:
+                    bar(ax, x, y, width, colour, hatch)
+            else:
+                bar(ax, COMPUTE, y, d, PALETTE[3], "////", alpha=0.35)
+                ax.text(1e3 * (COMPUTE + d / 2), y + 0.5, "dropped", ha="center",
+                        va="center", fontsize=8)
+        took = f"{1e3 * (COMPUTE + wait + reduce):.0f} ms"
+        ax.set_title(f"k = 0: it waits for all p = {P} gradients, {took}" if k == 0 else
+                     f"k = {k}: it averages the first p − k = {len(kept)}, {took}", fontsize=8)
+        rank_axis(ax, end * 1.02, P)
+    fig.supxlabel(f"time (ms): {LEGEND}averaging the kept gradients (green)", fontsize=8)
+    return fig
+
+
+# --- Local SGD: average every H steps ----------------------------------------------------------
+LOCAL_H = 4        # steps between averages
+LOCAL_STEPS = 8    # two rounds
+
+
+def local_waits(delays, H: int = LOCAL_H) -> list[float]:
+    """Each round's wait: the largest sum of one rank's sleeps over its H steps."""
+    return [max(map(sum, zip(*delays[i:i + H]))) for i in range(0, len(delays), H)]
+
+
+def local_figure():
+    """The same sleeps, averaged every step (synchronous) and every LOCAL_H steps."""
+    delays, reduce = sync_delays(LOCAL_STEPS), allreduce_seconds()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 3.8), sharex=True)
+    end = draw_sync(top, delays, lambda s, wait: f"+{1e3 * wait:.0f} ms" if wait else "")
+    top.set_title("averaging every step: each step waits for its slowest rank", fontsize=8,
+                  loc="left")
+    t = 0.0
+    for i, wait in enumerate(local_waits(delays)):
+        rounds = delays[i * LOCAL_H:(i + 1) * LOCAL_H]
+        for r in range(P):
+            x, y = t, P - 1 - r
+            for row in rounds:
+                bar(bottom, x, y, COMPUTE, PALETTE[0])
+                bar(bottom, x + COMPUTE, y, row[r], PALETTE[3], "////")
+                x += COMPUTE + row[r]
+            bar(bottom, x, y, t + LOCAL_H * COMPUTE + wait - x, "0.9")
+            bar(bottom, t + LOCAL_H * COMPUTE + wait, y, reduce, PALETTE[2])
+        span = LOCAL_H * COMPUTE + wait + reduce
+        bottom.text(1e3 * (t + span / 2), P + 0.05, f"round {i + 1}: +{1e3 * wait:.0f} ms",
+                    ha="center", va="bottom", fontsize=8,
+                    color=PALETTE[3] if wait > 0 else "black")
+        t += span
+    bottom.set_title(f"local SGD, H = {LOCAL_H}: each round waits for its slowest rank's sum",
+                     fontsize=8, loc="left")
+    for ax in (top, bottom):
+        rank_axis(ax, end, P + 0.7)
+    bottom.set_xlabel(f"time (ms): {LEGEND}all-reduce (green)", fontsize=8)
     return fig
 
 
@@ -96,7 +203,7 @@ def async_server(workers: int = WORKERS, updates: int = UPDATES) -> list[Gradien
 
     It hands out min(W, G) pulls at once, applies each gradient as it arrives and answers
     with fresh parameters until G pulls are issued; worker j's i-th gradient takes its
-    compute time plus straggler_delay(j, i), as run_ps injects it in Lab 8.
+    compute time plus straggler_delay(j, i), as Lab 8 injects it.
     """
     def took(j, i):
         return WORKER_COMPUTE[j - 1] + straggler_delay(j, i)
@@ -173,6 +280,8 @@ def ps_figure():
 def figures() -> dict[str, bytes]:
     use_book_style()
     return {"sync_steps.svg": svg_bytes(sync_figure()),
+            "backup_workers.svg": svg_bytes(backup_figure()),
+            "local_sgd.svg": svg_bytes(local_figure()),
             "parameter_server.svg": svg_bytes(ps_figure())}
 
 
