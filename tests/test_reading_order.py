@@ -83,8 +83,8 @@ def test_a_page_uses_only_labcode_that_earlier_pages_wrote():
     assert breaks == [], "\n".join(breaks)
 
 
-def test_the_reading_order_test_catches_a_page_that_imports_from_a_later_lab(tmp_path):
-    """The broken variant: Lab 1 importing Lab 4's reverse_buckets."""
+def lab_one_in_a_copy(tmp_path: Path) -> tuple[Path, dict]:
+    """A copy of the book's pages under tmp_path: Lab 1's path and its notebook, to break."""
     import shutil
 
     for part in ("chapters", "labs", "labcode"):
@@ -92,7 +92,12 @@ def test_the_reading_order_test_catches_a_page_that_imports_from_a_later_lab(tmp
     for name in ("_toc.yml", "intro.md"):
         shutil.copy(ROOT / name, tmp_path)
     path = tmp_path / "labs" / "01_single_device.ipynb"
-    lab = json.loads(path.read_text())
+    return path, json.loads(path.read_text())
+
+
+def test_the_reading_order_test_catches_a_page_that_imports_from_a_later_lab(tmp_path):
+    """The broken variant: Lab 1 importing Lab 4's reverse_buckets."""
+    path, lab = lab_one_in_a_copy(tmp_path)
     lab["cells"].append({"cell_type": "code", "source": ["from labcode.overlap import reverse_buckets\n"],
                          "metadata": {}, "outputs": [], "execution_count": None})
     path.write_text(json.dumps(lab))
@@ -105,14 +110,7 @@ def test_the_reading_order_test_catches_a_page_that_imports_from_a_later_lab(tmp
 def test_an_alias_imported_in_one_cell_is_followed_into_the_next(tmp_path):
     """The broken variant the test missed until issue 60: `import labcode.costmodel as cm` in one
     cell of Lab 1 and `cm.log2_ceil` in a later one (Lab 3 writes it)."""
-    import shutil
-
-    for part in ("chapters", "labs", "labcode"):
-        shutil.copytree(ROOT / part, tmp_path / part)
-    for name in ("_toc.yml", "intro.md"):
-        shutil.copy(ROOT / name, tmp_path)
-    path = tmp_path / "labs" / "01_single_device.ipynb"
-    lab = json.loads(path.read_text())
+    path, lab = lab_one_in_a_copy(tmp_path)
     for source in ("import labcode.costmodel as cm\n", "L = cm.log2_ceil(8)\n"):
         lab["cells"].append({"cell_type": "code", "source": [source], "metadata": {}, "outputs": [],
                              "execution_count": None})
