@@ -94,3 +94,29 @@ def test_train_step_keeps_a_float64_loss_in_float64_and_lifts_autocast_logits_to
     want = F.cross_entropy(logits.float().flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=lab.PAD)
     loss, _, _ = lab.train_step(net, opt, sched, off, src, tgt, torch.bfloat16)
     assert logits.dtype == torch.bfloat16 and loss == pytest.approx(float(want), rel=1e-6)
+
+
+def chapter_parameter_count(text: str) -> int:
+    """The parameters that Mixed precision counts from the architecture (its `tb_params`), run
+    from the chapter's own lines: the chapter states the formula instead of importing Lab 6."""
+    lines = text.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("d, ff, layers, vocab, positions ="))
+    end = next(i for i, line in enumerate(lines) if line.startswith("tb_params ="))
+    scope: dict = {}
+    exec("\n".join(lines[start:end + 1]), scope)  # noqa: S102 (the book's own page)
+    return scope["tb_params"]
+
+
+def test_mixed_precisions_count_of_the_benchmarked_model_is_lab_6s():
+    """The chapter's count must follow Lab 6's model; a layer more in the lab, or a wrong term in
+    the chapter (the broken variants), would part them."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "chapters" / "mixed_precision.md").read_text()
+    def count(model):
+        return sum(q.numel() for q in model.parameters())
+
+    assert chapter_parameter_count(text) == count(lab.NumberToWords())
+    no_cross_attention = text.replace("decoder = encoder + 4 * d * d + d", "decoder = encoder + d")
+    assert chapter_parameter_count(no_cross_attention) != count(lab.NumberToWords())
+    assert chapter_parameter_count(text) != count(lab.NumberToWords(layers=3))
