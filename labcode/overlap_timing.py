@@ -195,20 +195,6 @@ def overlapped_ratio(compute_s, forward_s, one_bucket_s, bucket_bytes):
     return overlap_step_time(compute, comm) / one_bucket_s
 
 
-# From labs/04_ddp.ipynb, section "Measure: what overlap buys".
-def check_overlap(ratios, overlapped, tol):
-    # Assert that each measured ratio (DDP with a cap / DDP with one bucket) lies
-    # between the best case, `overlapped`, and 1. With no resource of its own,
-    # communication adds its time wherever it runs: the model says 1, and only the
-    # upper side is a test (an all-reduce done twice fails it).
-    for cap, r in ratios.items():
-        low = overlapped[cap] - tol
-        assert in_band(f"DDP {cap} MiB / one bucket", r, low, 1 + tol), (
-            f"bucket cap {cap} MiB: measured {r:.2f}, "
-            f"the model allows {low:.2f} to {1 + tol:.2f}"
-        )
-
-
 # From labs/04_ddp.ipynb, section "Your own timeline", "The check".
 def exposed_per_step(facts):
     # For each step in order, the all-reduce time left after backward on the rank that

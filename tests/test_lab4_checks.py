@@ -6,27 +6,19 @@ import re
 import pytest
 
 from dplab.cluster.jobs import run_job
-from labcode.overlap_timing import TOL
 
 HERE = os.path.dirname(__file__)
 
 
-def test_overlap_check_passes_ddp_and_fails_a_doubled_all_reduce_and_weights_catch_a_missing_one():
-    """The check compares DDP with several buckets against one bucket, within a tolerance from a
-    noise reference. An all-reduce done twice must leave the band on every machine. No
-    all-reduce at all is not a timing mistake: beside a busy core correct DDP has measured as
-    low (0.73 against 0.64 to 0.70), so the band's floor is the overlapped prediction; the
-    ranks' weights, which then differ, catch it on every machine."""
-    for _ in range(3):  # a busy moment of a shared box widens the tolerance: try again
-        out = run_job(os.path.join(HERE, "mpi", "check_overlap_timing.py"), 2, timeout=300)
-        assert out.returncode == 0, out.stdout + out.stderr
-        result = json.loads(re.search(r"RESULT (\{.*\})", out.stdout).group(1))
-        if result["tol"] <= 2 * TOL:
-            break
-    else:
-        pytest.skip(f"the machine was too noisy to test the check three times: {result}")
-    assert result["ddp"][1] == "pass", result
-    assert result["twice"][1] == "fail", result
+def test_a_ddp_that_never_all_reduces_is_caught_by_its_weights_and_the_ratios_are_measured():
+    """Lab 4's bucket ratios (DDP with a cap / one bucket) are a printed measurement since issue
+    61: in the make test-load matrix of ee5c153 the noise tolerance passed 2 TOL in two runs of eight
+    (0.313 with the machine quiet, 0.319 beside a second learner), where an all-reduce done twice
+    could pass. What stays checked is the mechanism: a DDP that never all-reduces leaves the
+    ranks' weights apart, and DDP as it is keeps them equal, on any machine."""
+    out = run_job(os.path.join(HERE, "mpi", "check_overlap_timing.py"), 2, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = json.loads(re.search(r"RESULT (\{.*\})", out.stdout).group(1))
     assert result["agree"] == {"ddp": True, "never": False}, result
 
 

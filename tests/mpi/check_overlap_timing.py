@@ -1,9 +1,11 @@
-"""Run under `mpiexec -n 2`: Lab 4's timing check on DDP, and on two broken DDPs that it must reject.
+"""Run under `mpiexec -n 2`: Lab 4's bucket ratios on DDP and on two broken DDPs, and the check
+that catches a DDP that never all-reduces.
 
 Rank 0 prints one JSON line: the noise reference, the tolerance, whether communication has a
 resource of its own, and for DDP with 5 MiB buckets (as it is, with every bucket all-reduced
-twice, and with no all-reduce at all) the measured ratio to one bucket and check_overlap's verdict;
-and, for DDP as it is and with no all-reduce, whether the ranks' weights agree after the steps.
+twice, and with no all-reduce at all) the measured ratio to one bucket, which the lab prints
+as a measurement and no longer checks (issue 61); and, for DDP as it is and with no
+all-reduce, whether the ranks' weights agree after the steps.
 """
 import functools
 import json
@@ -16,8 +18,8 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from dplab.cluster import engine, jobs
 from dplab.cluster.settings import Settings
 from labcode.overlap import BW, CAPS, ddp_bucket_bytes, make_step
-from labcode.overlap_timing import (REPEATS, check_overlap, overlapped_ratio, paired_ratio,
-                                    ratio_tolerance, slowest_rank_times)
+from labcode.overlap_timing import (REPEATS, overlapped_ratio, paired_ratio, ratio_tolerance,
+                                    slowest_rank_times)
 
 info = engine.setup(Settings.for_job(device="cpu", threads=1))  # one core per rank, as in the lab
 device = info.device
@@ -74,12 +76,6 @@ if info.rank == 0:
     out = {"noise": noise, "tol": tol, "own_resource": own_resource, "overlapped": overlapped[CAP],
            "agree": agree}
     for name in ("ddp", "twice", "never"):
-        ratio = paired_ratio(per_step[name], per_step["one"])
-        try:
-            check_overlap({CAP: ratio}, overlapped, tol)
-            verdict = "pass"
-        except AssertionError:
-            verdict = "fail"
-        out[name] = [ratio, verdict]
+        out[name] = paired_ratio(per_step[name], per_step["one"])
     print("RESULT " + json.dumps(out), flush=True)
 jobs.leave()  # a barrier first: no rank tears down Gloo pairs that another still uses
