@@ -9,6 +9,12 @@
                                                    plausible mistakes, and the checks each fails
       "tied": [{"phrase": regex, "holds": expression}]
                                                    numbers the lab's prose restates from code
+      "timing_mistakes": {"name": {"old": text, "new": text, "fails": check}}
+                                                   a mistake that only a timing check catches:
+                                                   `old` replaced by `new` in the lab's code;
+                                                   the check (dplab.timing.in_band's name)
+                                                   whose band it must leave, under any load
+                                                   (python -m booktools.run --broken NAME)
       "proves": "MyST text"                        what the lab proves: its row of the landing
                                                    page's table (`landing_table`)
     }
@@ -26,7 +32,7 @@ from pathlib import Path
 
 from booktools.pages import ROOT, toc
 
-KEYS = ("reads", "depends", "mistakes", "tied", "proves")
+KEYS = ("reads", "depends", "mistakes", "tied", "proves", "timing_mistakes")
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,17 @@ class Mistake:
 
 
 @dataclass(frozen=True)
+class TimingMistake:
+    """A mistake that only a timing check can catch: `old` replaced by `new` in the lab's code
+    cells (once in all), and the check, by its in_band name, whose band it leaves."""
+
+    name: str
+    old: str
+    new: str
+    fails: str
+
+
+@dataclass(frozen=True)
 class Lab:
     """A lab: its notebook and its facts."""
 
@@ -51,6 +68,7 @@ class Lab:
     mistakes: tuple[Mistake, ...] = ()
     tied: tuple[tuple[str, str], ...] = ()
     proves: str = ""
+    timing_mistakes: tuple[TimingMistake, ...] = ()
 
     @property
     def name(self) -> str:
@@ -83,10 +101,12 @@ def facts(path: Path) -> Lab:
         mistakes = tuple(Mistake(name, m["cell"], m["old"], m["new"], tuple(m["fails"]))
                          for name, m in meta.get("mistakes", {}).items())
         tied = tuple((t["phrase"], t["holds"]) for t in meta.get("tied", []))
+        slow = tuple(TimingMistake(name, m["old"], m["new"], m["fails"])
+                     for name, m in meta.get("timing_mistakes", {}).items())
     except (KeyError, TypeError) as e:
         raise ValueError(f"{Path(path).name}: a malformed mistake or tied entry in its metadata ({e})")
     return Lab(Path(path), tuple(meta.get("reads", [])), dict(meta.get("depends", {})), mistakes,
-               tied, str(meta.get("proves", "")).strip())
+               tied, str(meta.get("proves", "")).strip(), slow)
 
 
 def labs(root: Path = ROOT) -> list[Lab]:

@@ -74,9 +74,25 @@ def unfinished(rows: list[Row], labs: list[Lab], columns: list[str], why: str) -
                    if (lab.name, column) not in have]
 
 
-def own_copies(labs: list[Lab], folder: Path) -> list[Path]:
+def with_mistake(source: bytes, old: str, new: str, where: str) -> bytes:
+    """A notebook's bytes with `old` replaced by `new` in its code cells, where `old` stands once
+    in all of them (a timing mistake, booktools.labs.TimingMistake); ValueError otherwise."""
+    import nbformat
+
+    nb = nbformat.reads(source.decode(), as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    found = sum(c.source.count(old) for c in code)
+    if found != 1:
+        raise ValueError(f"{where}: the mistake's old text stands {found} times in the code cells, not once")
+    for c in code:
+        c.source = c.source.replace(old, new)
+    return nbformat.writes(nb).encode()
+
+
+def own_copies(labs: list[Lab], folder: Path, broken: dict[str, list[str]] | None = None) -> list[Path]:
     """The labs copied into folder/labs, with the files each reads outside labs/ (Lab.reads,
-    relative to the folder above the lab's) linked beside: a copy writes its own artifacts/."""
+    relative to the folder above the lab's) linked beside: a copy writes its own artifacts/.
+    broken: {lab's path: [old, new]}, a timing mistake made in that lab's copy."""
     (folder / "labs").mkdir(parents=True)
     copies = []
     for lab in labs:
@@ -86,7 +102,9 @@ def own_copies(labs: list[Lab], folder: Path) -> list[Path]:
                 link.parent.mkdir(parents=True, exist_ok=True)
                 link.symlink_to(lab.path.resolve().parent.parent / read)
         copies.append(folder / "labs" / lab.name)
-        copies[-1].write_bytes(lab.path.read_bytes())
+        source = lab.path.read_bytes()
+        mistake = (broken or {}).get(str(lab.path.resolve()))
+        copies[-1].write_bytes(with_mistake(source, *mistake, lab.name) if mistake else source)
     return copies
 
 
@@ -111,11 +129,13 @@ def run_lab(copy: Path, env: dict[str, str], deadline: float, limit_s: float) ->
 
 
 def run_labs(labs: list[Lab], settings: list[tuple[str, dict[str, str]]], limit_s: float,
-             folder: Path, say: Callable[[str], None] = print) -> list[Row]:
-    """Lab by lab, each setting (column, environment) in turn, each on its own copy of the labs;
-    past `limit_s` no cell runs, and the labs left say so. Each row is said as it comes."""
+             folder: Path, say: Callable[[str], None] = print,
+             broken: dict[str, list[str]] | None = None) -> list[Row]:
+    """Lab by lab, each setting (column, environment) in turn, each on its own copy of the labs
+    (with the timing mistakes of `broken` made in it); past `limit_s` no cell runs, and the labs
+    left say so. Each row is said as it comes."""
     deadline = time.monotonic() + limit_s
-    copies = {column: own_copies(labs, folder / f"setting{i}") for i, (column, _) in enumerate(settings)}
+    copies = {column: own_copies(labs, folder / f"setting{i}", broken) for i, (column, _) in enumerate(settings)}
     rows = []
     for i, lab in enumerate(labs):
         for column, env in settings:
@@ -126,7 +146,8 @@ def run_labs(labs: list[Lab], settings: list[tuple[str, dict[str, str]]], limit_
 
 
 def main(argv: list[str]) -> int:
-    """Run the labs a JSON argument names: {labs, settings, limit_s}; a row per lab on stdout."""
+    """Run the labs a JSON argument names: {labs, settings, limit_s, broken (optional)}; a row per
+    lab on stdout."""
     if len(argv) != 1:
         print("usage: python -m booktools.learners JSON (booktools.run starts it)", file=sys.stderr)
         return 2
@@ -134,7 +155,7 @@ def main(argv: list[str]) -> int:
     labs = [facts(Path(p)) for p in spec["labs"]]
     with tempfile.TemporaryDirectory(prefix="learner-") as tmp:
         rows = run_labs(labs, [tuple(s) for s in spec["settings"]], spec["limit_s"], Path(tmp),
-                        lambda line: print(line, flush=True))
+                        lambda line: print(line, flush=True), spec.get("broken"))
     return 0 if all(r.passed for r in rows) else 1
 
 
@@ -143,11 +164,12 @@ class Learner:
     are said as they come."""
 
     def __init__(self, labs: list[Lab], settings: list[tuple[str, dict[str, str]]], env: dict[str, str],
-                 limit_s: float, say: Callable[[str], None]):
+                 limit_s: float, say: Callable[[str], None], broken: dict[str, list[str]] | None = None):
         self.labs, self.columns, self.limit_s, self.say = labs, [c for c, _ in settings], limit_s, say
         self.rows: list[Row] = []
         self.started = time.monotonic()
-        spec = {"labs": [str(lab.path.resolve()) for lab in labs], "settings": settings, "limit_s": limit_s}
+        spec = {"labs": [str(lab.path.resolve()) for lab in labs], "settings": settings, "limit_s": limit_s,
+                "broken": broken or {}}
         self.process = start_tree([sys.executable, "-m", "booktools.learners", json.dumps(spec)],
                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self._lock = threading.Lock()

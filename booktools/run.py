@@ -8,6 +8,7 @@
     python -m booktools.run --on gpu --timeout 480 --log _build/test_gpu.log           make test-gpu
     python -m booktools.run --on gpu --rehearse labs/00_meet_your_workers.ipynb        the same on a CPU
     python -m booktools.run --on "p=3 two" --plan            what each pass would run; starts nothing
+    python -m booktools.run --on "busy two" --broken no-straggler   a timing mistake under load
 
 The passes are the words of --on (one argument: quote it), each a comma-joined set of
 conditions; they run in order. A pass whose conditions keep the stored outputs comparable runs
@@ -18,6 +19,11 @@ after each lab. Each lab's verdict is said as it comes (and appended to --log). 
 lab x pass with each timing check's value and band under its lab (dplab.timing.in_band's
 records), each failure again in a line, and 'N passed, M failed'. Exit status: 1 if anything
 failed, 2 if a pass was refused before anything started.
+
+--broken NAME runs the labs that name the timing mistake NAME in their facts (booktools.labs,
+`timing_mistakes`), asserts only, the mistake made in each pass's copy (a second learner runs the
+labs as they are): each such lab must fail with the mistake's check out of its band, in every
+pass, and the exit status says whether it did (0: caught everywhere).
 
 One timeout rule, booktools.notebooks': a cell CELL_TIMEOUT_S, a lab NOTEBOOK_TIMEOUT_S (nbval
 runs cells itself: it gets CELL_TIMEOUT_S); --timeout bounds each pass, whole, and a second
@@ -163,12 +169,14 @@ def run_nbval(labs: list[Lab], env: dict[str, str], column: str, timeout: float 
 
 
 def run_asserts(labs: list[Lab], settings: list[tuple[str, dict[str, str]]], env: dict[str, str],
-                timeout: float | None, say: Callable[[str], None]) -> Outcome:
-    """Every lab, asserts only, each setting in turn (one learner, in a copy of its own)."""
+                timeout: float | None, say: Callable[[str], None],
+                broken: dict[str, list[str]] | None = None) -> Outcome:
+    """Every lab, asserts only, each setting in turn (one learner, in a copy of its own, with
+    the timing mistakes of `broken` made in it)."""
     from booktools.notebooks import NOTEBOOK_TIMEOUT_S
 
     limit = timeout if timeout is not None else NOTEBOOK_TIMEOUT_S * len(labs) * len(settings)
-    learner = Learner(labs, settings, env, limit, say)
+    learner = Learner(labs, settings, env, limit, say, broken)
     try:
         rows = learner.wait()
     finally:
@@ -197,7 +205,7 @@ def run_instead(cmd: list[str], env: dict[str, str], timeout: float | None, rehe
 
 
 def run_pass(p: Pass, column: str, labs: list[Lab], timeout: float | None, asserts_only: bool,
-             say: Callable[[str], None]) -> Outcome:
+             say: Callable[[str], None], broken: dict[str, list[str]] | None = None) -> Outcome:
     """One pass: its conditions set up, what they start beside it, the labs, their tear-down."""
     nbval = uses_nbval(p, asserts_only)
     say(f"== {column}: {describe_kind(p, nbval, labs)}")
@@ -213,7 +221,8 @@ def run_pass(p: Pass, column: str, labs: list[Lab], timeout: float | None, asser
         settings = [(f"{column}: {name}", setting) for name, setting in found[0]] if found else [(column, {})]
         with contextlib.ExitStack() as stack:
             beside = [stack.enter_context(c.beside(labs, env, column, say)) for c in p.conditions]
-            outcome = run_nbval(labs, env, column, timeout, say) if nbval else run_asserts(labs, settings, env, timeout, say)
+            outcome = run_nbval(labs, env, column, timeout, say) if nbval \
+                else run_asserts(labs, settings, env, timeout, say, broken)
         for rows in beside:
             if rows:
                 outcome.verdict += f"; {summary(rows)}"
@@ -329,6 +338,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--asserts-only", action="store_true",
                     help="execute the labs, asserts only, even where the stored outputs stay comparable")
     ap.add_argument("--plan", action="store_true", help="say what each pass would run, and start nothing")
+    ap.add_argument("--broken", metavar="NAME", help="make the timing mistake NAME (the labs' facts, "
+                    "timing_mistakes) in the labs that name it, asserts only, and check that each "
+                    "leaves its check's band")
     return ap
 
 
@@ -341,6 +353,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.rehearse:
             passes = [p.rehearsed() for p in passes]
         labs = chosen_labs(args.labs, args.notebooks)
+        mistakes = {}
+        if args.broken:
+            mistakes = {lab.name: m for lab in labs for m in lab.timing_mistakes if m.name == args.broken}
+            known = sorted({m.name for lab in labs for m in lab.timing_mistakes})
+            labs = [lab for lab in labs if lab.name in mistakes]
+            if not labs:
+                raise Refused(f"no lab of --labs {args.labs} names the timing mistake {args.broken!r} "
+                              f"(known: {', '.join(known) or 'none'})")
+            args.asserts_only = True
         if not labs:
             raise Refused(f"no labs to run (--labs {args.labs})")
         for p in passes:
@@ -366,7 +387,9 @@ def main(argv: list[str] | None = None) -> int:
     outcomes = []
     for p, column in zip(passes, names):
         try:
-            outcome = run_pass(p, column, labs, args.timeout, args.asserts_only, say)
+            outcome = run_pass(p, column, labs, args.timeout, args.asserts_only, say,
+                               {str(lab.path.resolve()): [mistakes[lab.name].old, mistakes[lab.name].new]
+                                for lab in labs if lab.name in mistakes})
         except (Refused, SystemExit) as e:  # a set-up that failed: pip, a release that does not import
             outcome = Outcome([], False, f"FAIL: {e}")
             say(f"== {column}: FAILED: {e}")
@@ -386,8 +409,30 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if not r.passed:
             say(f"FAILED {r.said()}")
+    if mistakes:
+        return caught(mistakes, rows, say)
     say(f"{passed} passed, {failed} failed")
     return 0 if all(o.ok for o in outcomes) else 1
+
+
+def caught(mistakes: dict, rows: list[Row], say: Callable[[str], None]) -> int:
+    """With --broken: whether each run of a broken lab left its mistake's check out of band
+    (a second learner beside it, running the labs as they are, must pass); 0 if all did."""
+    ok = True
+    for r in rows:
+        if "second learner" in r.column:
+            ok = ok and r.passed
+            if not r.passed:
+                say(f"FAILED {r.said()} (the second learner ran the lab as it is)")
+            continue
+        m = mistakes[r.lab]
+        band = r.bands.get(m.fails)
+        left = band is not None and not band.get("printed") and not band["low"] <= band["value"] <= band["high"]
+        ok = ok and left and not r.passed
+        say(f"{'caught' if left and not r.passed else 'NOT CAUGHT'}: {m.name} in {r.lab} [{r.column}]: "
+            + (f"{m.fails}: {band_text(band)}" if band else f"{m.fails} not reached ({r.result})"))
+    say(f"the timing mistake {'was caught in every run' if ok else 'was NOT caught in every run'}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -293,3 +293,39 @@ def test_badly_written_setting_is_refused():
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "run_labs.py"), "--setting", "p=3"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "NAME:VAR=VALUE" in out.stderr
+
+
+# -- a timing mistake under load (--broken) -------------------------------------------------
+
+def broken_lab(path: Path, new: str) -> Path:
+    """A lab whose one timing check reads `t`, and a timing mistake that sets it to `new`."""
+    lab_path = notebook(path, "t = 1.0  # what a timing measured", IN_BAND.replace("1.0", "t"))
+    nb = nbformat.read(lab_path, as_version=4)
+    nb.metadata["dplab"] = {"timing_mistakes": {"slow": {"old": "t = 1.0", "new": f"t = {new}",
+                                                         "fails": "a check"}}}
+    nbformat.write(nb, lab_path)
+    return lab_path
+
+
+@pytest.mark.parametrize("new, caught", [("5.0", True), ("1.5", False)])
+def test_broken_runs_the_mistake_in_a_copy_and_says_whether_its_check_caught_it(tmp_path, new, caught):
+    """The mistake is made in the copy only; a value out of the band is caught (exit 0), one that
+    stays inside is not (exit 1: the check could not tell it from a correct run)."""
+    lab_path = broken_lab(tmp_path / "labs" / "timed.ipynb", new)
+    before = lab_path.read_bytes()
+    out = run("--on", "quiet", "--broken", "slow", lab_path)
+    assert out.returncode == (0 if caught else 1), out.stdout + out.stderr
+    said = "caught: slow in timed.ipynb [quiet]: a check: 5 OUT of [0.5, 2]" if caught else \
+        "NOT CAUGHT: slow in timed.ipynb [quiet]"
+    assert said in out.stdout, out.stdout
+    assert lab_path.read_bytes() == before, "the mistake was made in the lab itself"
+
+
+def test_broken_refuses_a_mistake_no_lab_names_and_a_mistake_that_is_not_in_the_code(tmp_path, capsys):
+    from booktools.learners import with_mistake
+
+    lab_path = broken_lab(tmp_path / "labs" / "timed.ipynb", "5.0")
+    assert main(["--broken", "fast", str(lab_path)]) == 2
+    assert "no lab of --labs all names the timing mistake 'fast' (known: slow)" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="stands 0 times"):
+        with_mistake(lab_path.read_bytes(), "t = 2.0", "t = 3.0", "timed.ipynb")
