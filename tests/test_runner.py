@@ -329,3 +329,9 @@ def test_broken_refuses_a_mistake_no_lab_names_and_a_mistake_that_is_not_in_the_
     assert "no lab of --labs all names the timing mistake 'fast' (known: slow)" in capsys.readouterr().err
     with pytest.raises(ValueError, match="stands 0 times"):
         with_mistake(lab_path.read_bytes(), "t = 2.0", "t = 3.0", "timed.ipynb")
+    nb = nbformat.read(lab_path, as_version=4)
+    nb.metadata["dplab"]["timing_mistakes"]["slow"]["old"] = "t = 2.0"
+    nbformat.write(nb, lab_path)
+    assert main(["--broken", "slow", str(lab_path)]) == 2
+    assert "timed.ipynb: the mistake's old text stands 0 times in the code cells, not once: correct its " \
+           "timing_mistakes entry" in capsys.readouterr().err
