@@ -390,12 +390,12 @@ def main(argv: list[str] | None = None) -> int:
     from booktools import releases
 
     releases.install_at_once([v for p in passes for c in p.conditions for v in c.releases()], say)
+    broken = {str(lab.path.resolve()): [mistakes[lab.name].old, mistakes[lab.name].new]
+              for lab in labs if lab.name in mistakes}
     outcomes = []
     for p, column in zip(passes, names):
         try:
-            outcome = run_pass(p, column, labs, args.timeout, args.asserts_only, say,
-                               {str(lab.path.resolve()): [mistakes[lab.name].old, mistakes[lab.name].new]
-                                for lab in labs if lab.name in mistakes})
+            outcome = run_pass(p, column, labs, args.timeout, args.asserts_only, say, broken)
         except (Refused, SystemExit) as e:  # a set-up that failed: pip, a release that does not import
             outcome = Outcome([], False, f"FAIL: {e}")
             say(f"== {column}: FAILED: {e}")

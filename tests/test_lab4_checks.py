@@ -10,13 +10,13 @@ from dplab.cluster.jobs import run_job
 HERE = os.path.dirname(__file__)
 
 
-def test_a_ddp_that_never_all_reduces_is_caught_by_its_weights_and_the_ratios_are_measured():
+def test_a_ddp_that_never_all_reduces_is_caught_by_its_weights():
     """Lab 4's bucket ratios (DDP with a cap / one bucket) are a printed measurement since issue
     61: in the make test-load matrix of ee5c153 the noise tolerance passed 2 TOL in two runs of eight
     (0.313 with the machine quiet, 0.319 beside a second learner), where an all-reduce done twice
     could pass. What stays checked is the mechanism: a DDP that never all-reduces leaves the
     ranks' weights apart, and DDP as it is keeps them equal, on any machine."""
-    out = run_job(os.path.join(HERE, "mpi", "check_overlap_timing.py"), 2, timeout=300)
+    out = run_job(os.path.join(HERE, "mpi", "check_ddp_weights.py"), 2, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     result = json.loads(re.search(r"RESULT (\{.*\})", out.stdout).group(1))
     assert result["agree"] == {"ddp": True, "never": False}, result
