@@ -9,6 +9,7 @@
     python -m booktools.run --on gpu --rehearse labs/00_meet_your_workers.ipynb        the same on a CPU
     python -m booktools.run --on "p=3 two" --plan            what each pass would run; starts nothing
     python -m booktools.run --on "busy two" --broken no-straggler   a timing mistake under load
+    python -m booktools.run --on "busy two p=6" --broken no-straggler,one-micro-batch   two labs' at once
 
 The passes are the words of --on (one argument: quote it), each a comma-joined set of
 conditions; they run in order. A pass whose conditions keep the stored outputs comparable runs
@@ -23,7 +24,9 @@ failed, 2 if a pass was refused before anything started.
 --broken NAME runs the labs that name the timing mistake NAME in their facts (booktools.labs,
 `timing_mistakes`), asserts only, the mistake made in each pass's copy (a second learner runs the
 labs as they are): each such lab must fail with the mistake's check out of its band, in every
-pass, and the exit status says whether it did (0: caught everywhere).
+pass, and the exit status says whether it did (0: caught everywhere). Several comma-joined names
+run several labs' mistakes in one pass, one mistake per lab (a lab stops at its first check out
+of band).
 
 One timeout rule, booktools.notebooks': a cell CELL_TIMEOUT_S, a lab NOTEBOOK_TIMEOUT_S (nbval
 runs cells itself: it gets CELL_TIMEOUT_S); --timeout bounds each pass, whole, and a second
@@ -338,9 +341,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--asserts-only", action="store_true",
                     help="execute the labs, asserts only, even where the stored outputs stay comparable")
     ap.add_argument("--plan", action="store_true", help="say what each pass would run, and start nothing")
-    ap.add_argument("--broken", metavar="NAME", help="make the timing mistake NAME (the labs' facts, "
-                    "timing_mistakes) in the labs that name it, asserts only, and check that each "
-                    "leaves its check's band")
+    ap.add_argument("--broken", metavar="NAME[,NAME...]", help="make the timing mistake NAME (the "
+                    "labs' facts, timing_mistakes) in the lab that names it, asserts only, and check "
+                    "that each leaves its check's band; several names: one per lab")
     return ap
 
 
@@ -355,12 +358,20 @@ def main(argv: list[str] | None = None) -> int:
         labs = chosen_labs(args.labs, args.notebooks)
         mistakes = {}
         if args.broken:
-            mistakes = {lab.name: m for lab in labs for m in lab.timing_mistakes if m.name == args.broken}
+            wanted = args.broken.split(",")
             known = sorted({m.name for lab in labs for m in lab.timing_mistakes})
+            for name in wanted:
+                if name not in known:
+                    raise Refused(f"no lab of --labs {args.labs} names the timing mistake {name!r} "
+                                  f"(known: {', '.join(known) or 'none'})")
+            for lab in labs:
+                made = [m for m in lab.timing_mistakes if m.name in wanted]
+                if len(made) > 1:  # one run of a lab stops at its first check out of band
+                    raise Refused(f"{lab.name} names {', '.join(m.name for m in made)}: one mistake "
+                                  "per lab in a run (run --broken again for the next)")
+                if made:
+                    mistakes[lab.name] = made[0]
             labs = [lab for lab in labs if lab.name in mistakes]
-            if not labs:
-                raise Refused(f"no lab of --labs {args.labs} names the timing mistake {args.broken!r} "
-                              f"(known: {', '.join(known) or 'none'})")
             for lab in labs:  # before anything starts: the mistake's text is in the lab's code
                 try:
                     with_mistake(lab.path.read_bytes(), mistakes[lab.name].old, mistakes[lab.name].new,

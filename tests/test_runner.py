@@ -335,3 +335,21 @@ def test_broken_refuses_a_mistake_no_lab_names_and_a_mistake_that_is_not_in_the_
     assert main(["--broken", "slow", str(lab_path)]) == 2
     assert "timed.ipynb: the mistake's old text stands 0 times in the code cells, not once: correct its " \
            "timing_mistakes entry" in capsys.readouterr().err
+
+
+def test_broken_runs_several_labs_mistakes_in_one_pass_and_refuses_two_in_one_lab(tmp_path, capsys):
+    """Comma-joined names make each lab's own mistake in one pass; two in one lab are refused
+    before anything starts (the lab would stop at the first one's check)."""
+    first = broken_lab(tmp_path / "labs" / "timed.ipynb", "5.0")
+    second = broken_lab(tmp_path / "labs" / "timed_too.ipynb", "0.1")
+    nb = nbformat.read(second, as_version=4)
+    nb.metadata["dplab"]["timing_mistakes"] = {"fast": nb.metadata["dplab"]["timing_mistakes"]["slow"]}
+    nbformat.write(nb, second)
+    out = run("--on", "quiet", "--broken", "slow,fast", first, second)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "caught: slow in timed.ipynb [quiet]: a check: 5 OUT of [0.5, 2]" in out.stdout
+    assert "caught: fast in timed_too.ipynb [quiet]: a check: 0.1 OUT of [0.5, 2]" in out.stdout
+    nb.metadata["dplab"]["timing_mistakes"]["slow"] = nb.metadata["dplab"]["timing_mistakes"]["fast"]
+    nbformat.write(nb, second)
+    assert main(["--broken", "slow,fast", str(second)]) == 2
+    assert "timed_too.ipynb names fast, slow: one mistake per lab in a run" in capsys.readouterr().err
