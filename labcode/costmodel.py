@@ -191,3 +191,7 @@ def p_any_loss(algorithm, n, p, fab):
     rounds = schedule(algorithm, n, p)
     log_ok = sum(s.senders * np.log1p(-fab.p_message_loss(s.nbytes)) for s in rounds)
     return float(-np.expm1(log_ok))
+
+
+# From labs/03_allreduce_algorithms.ipynb, section "Measure".
+WHAT_IF = Fabric(alpha=50e-6, beta=1 / 125e6, p_loss=1e-7, rto=0.2, max_losses=5)

@@ -264,10 +264,6 @@ def ps_schedule(workers, updates, wait_for, c, delay):
 
 
 # From labs/08_stragglers.ipynb, section "Every rank's wait, step by step", "The check".
-TOL_TRACE = 0.1  # the same calls timed by two clocks: only the marks differ
-
-
-# From labs/08_stragglers.ipynb, section "Every rank's wait, step by step", "The check".
 def all_reduce_extra(log, delays):
     # Each (rank, step)'s all-reduce time beyond a sleeper's, from the timeline. A rank
     # that slept joins the all-reduce last and waits for nobody: the median of theirs is

@@ -26,14 +26,14 @@ def _facts(exposed_by_rank_and_step):
     return {(r, s): {"exposed": e} for (r, s), e in exposed_by_rank_and_step.items()}
 
 
-def test_hidden_check_needs_the_exposed_time_the_model_says_buckets_save():
-    """Where communication has a resource of its own (a GPU), Lab 4 asserts that the buckets save
-    as much exposed all-reduce time against one bucket as the overlapped model predicts, within
-    the tolerance. Held-back all-reduces (no overlap) save nothing, and must fail; a prediction
-    within the tolerance is not asserted."""
+def test_saved_by_buckets_is_the_exposed_time_buckets_save_step_by_step():
+    """Where communication has a resource of its own (a GPU), Lab 4 prints the exposed all-reduce
+    time that buckets save against one bucket beside the overlapped model's prediction. It was
+    a check until issue 61 and was never asserted in the load matrix (no resource of its own on
+    a 2-core box) nor run on a GPU: it is a measurement now. Held-back all-reduces save nothing."""
     import numpy as np
 
-    from labcode.overlap_timing import check_hidden
+    from labcode.overlap_timing import saved_by_buckets
 
     rng = np.random.default_rng(1)
     steps = range(15)
@@ -44,8 +44,5 @@ def test_hidden_check_needs_the_exposed_time_the_model_says_buckets_save():
                      for r in (0, 1) for s in steps})
     held_back = _facts({k: v["exposed"] + 0.002 * rng.standard_normal()
                         for k, v in one.items()})
-    saved, low = check_hidden(hidden, one, predicted=0.022, tol_s=0.005)
-    assert saved == pytest.approx(0.022, abs=0.003) and low == pytest.approx(0.017)
-    with pytest.raises(AssertionError, match="buckets saved"):
-        check_hidden(held_back, one, predicted=0.022, tol_s=0.005)
-    assert check_hidden(held_back, one, predicted=0.004, tol_s=0.005) is None
+    assert saved_by_buckets(hidden, one) == pytest.approx(0.022, abs=0.003)
+    assert saved_by_buckets(held_back, one) == pytest.approx(0.0, abs=0.003)

@@ -71,24 +71,24 @@ def test_the_timeline_check_passes_a_consistent_timeline():
     check_timeline(facts, 3, timed, 0.15)
     one, timed1 = run(n_buckets=1)
     exposed = slowest_per_step(one, "exposed")
-    check_timeline(one, 1, timed1, 0.15, comm=exposed)
+    assert check_timeline(one, 1, timed1, 0.15, comm=exposed) == pytest.approx(0.0)
     assert np.all(slowest_per_step(one, "overlap") == 0)
     assert np.all(slowest_per_step(facts, "overlap") > 0.5)
 
 
-@pytest.mark.parametrize("broken", ["units", "finish at launch"])
-def test_the_timeline_check_fails_a_broken_timeline(broken):
-    """A clock in other units, and finish marks taken at launch (what host-side marks of a GPU's
-    asynchronous all-reduce would give) each fail. (The order of the buckets, and that each
-    lies within its step, DDP's reducer guarantees: the check no longer asserts them.)"""
+def test_the_timeline_check_fails_a_clock_in_other_units():
+    """A clock in other units fails (the lab's timeline-in-ms mistake, also shown under load:
+    benchmarks/results/broken_timing.txt). Finish marks taken at launch (what host-side marks of
+    a GPU's asynchronous all-reduce would give) only move the exposed time, which is printed
+    since issue 61: compared with an all-reduce timed alone, rank skew under load moves it as
+    far. The measurement still shows them: the gap is the whole all-reduce, against none."""
+    facts, timed = run(scale=1e3)
+    with pytest.raises(AssertionError, match="x the timed ones"):
+        check_timeline(facts, 3, timed, 0.15)
     comm = slowest_per_step(run(n_buckets=1)[0], "exposed")
-    facts, timed = {
-        "units": lambda: run(scale=1e3),
-        "finish at launch": lambda: run(n_buckets=1, finish_at_launch=True),
-    }[broken]()
-    n = 1 if broken == "finish at launch" else 3
-    with pytest.raises(AssertionError):
-        check_timeline(facts, n, timed, 0.15, comm=comm if n == 1 else None)
+    at_launch, timed1 = run(n_buckets=1, finish_at_launch=True)
+    gap = check_timeline(at_launch, 1, timed1, 0.15, comm=comm)
+    assert gap == pytest.approx(-np.median(comm / timed1))
 
 
 def test_align_steps_refuses_steps_it_cannot_place():
