@@ -432,6 +432,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(o.ok for o in outcomes) else 1
 
 
+#: A line `caught` says of a run that caught its mistake: (mistake, pass) in each match (the
+#: closing page reads benchmarks/results/broken_timing.txt with it).
+CAUGHT_LINE = re.compile(r"^caught: (\S+) in \S+ \[(\S+)\]", re.M)
+
+
 def caught(mistakes: dict, rows: list[Row], say: Callable[[str], None]) -> int:
     """With --broken: whether each run of a broken lab left its mistake's check out of band
     (a second learner beside it, running the labs as they are, must pass); 0 if all did."""

@@ -353,3 +353,19 @@ def test_broken_runs_several_labs_mistakes_in_one_pass_and_refuses_two_in_one_la
     nbformat.write(nb, second)
     assert main(["--broken", "slow,fast", str(second)]) == 2
     assert "timed_too.ipynb names fast, slow: one mistake per lab in a run" in capsys.readouterr().err
+
+
+def test_the_caught_line_is_what_caught_says():
+    """The closing page reads broken_timing.txt with CAUGHT_LINE: it matches the line `caught`
+    writes for a run that caught its mistake, and not the NOT CAUGHT one."""
+    from booktools.labs import TimingMistake
+    from booktools.learners import Row
+    from booktools.run import CAUGHT_LINE, caught
+
+    said = []
+    row = Row("timed.ipynb", "busy", "FAIL code cell 1: AssertionError",
+              {"a check": {"value": 5.0, "low": 0.5, "high": 2.0}})
+    mistake = TimingMistake("slow", "t = 1.0", "t = 5.0", "a check")
+    caught({"timed.ipynb": mistake}, [row], said.append)
+    assert CAUGHT_LINE.findall("\n".join(said)) == [("slow", "busy")]
+    assert CAUGHT_LINE.findall("NOT CAUGHT: slow in timed.ipynb [busy]: a check") == []
